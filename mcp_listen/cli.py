@@ -1,0 +1,133 @@
+"""Command line: no subcommand serves MCP over stdio; the subcommands debug microphone and models.
+
+Exit codes (sysexits.h): 0 ok, 64 usage, 69 device or dependency unavailable,
+70 internal error, 78 invalid configuration, 130 interrupted (SIGINT), 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from mcp_listen import __version__
+from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, InvalidArgument, ListenError
+
+log = logging.getLogger("mcp_listen")
+
+WAITING_HINT = (
+    "mcp-listen is an MCP server and is now waiting for a client on stdin. Add it to your client instead, "
+    "e.g.: claude mcp add mcp-listen -- pipx run mcp-listen  (mcp-listen --help lists the debugging commands)"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 64, not argparse's 2
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mcp-listen", description="Give AI agents ears: a local MCP server for the microphone.")
+    parser.add_argument("--version", action="version", version=f"mcp-listen {__version__}")
+    parser.add_argument("--log-level", help="stderr log level (DEBUG, INFO, WARNING, ERROR); env MCP_LISTEN_LOG_LEVEL")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub.add_parser("serve", help="serve MCP over stdio (the default)")
+    devices = sub.add_parser("devices", help="list microphones")
+    devices.add_argument("--json", action="store_true", help="print JSON")
+    capture = sub.add_parser("capture", help="record a WAV with the same code as capture_audio")
+    _recording_options(capture, stop_default=False)
+    capture.add_argument("--out", type=Path, help="write the WAV here instead of the recordings folder")
+    for name, help_text in (("transcribe", "transcribe a WAV file"), ("listen", "record and transcribe (transcribe_voice)")):
+        p = sub.add_parser(name, help=help_text)
+        if name == "transcribe":
+            p.add_argument("file", type=Path, help="16 kHz mono 16-bit WAV file")
+        else:
+            _recording_options(p, stop_default=True)
+        p.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
+        p.add_argument("--language", help="language code, or auto (default en)")
+    query = sub.add_parser("query", help="run voice_query from a terminal and print its result")
+    _recording_options(query, stop_default=True)
+    query.add_argument("--whisper-model")
+    query.add_argument("--language")
+    query.add_argument("--model", help="Ollama model (default llama3.2)")
+    query.add_argument("--prompt", help="system prompt")
+    models = sub.add_parser("models", help="list whisper models, or pull one")
+    models_sub = models.add_subparsers(dest="models_command", parser_class=_Parser, metavar="ACTION")
+    pull = models_sub.add_parser("pull", help="download a whisper model, e.g. base.en")
+    pull.add_argument("name")
+    models.add_argument("--json", action="store_true")
+    return parser
+
+
+def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:
+    p.add_argument("--duration-ms", type=int, help="length (a maximum with stop-on-silence), 100-30000")
+    p.add_argument("--device", help="device id or index (see: mcp-listen devices)")
+    if stop_default:
+        p.add_argument("--no-stop-on-silence", dest="stop_on_silence", action="store_false", default=None)
+    else:
+        p.add_argument("--stop-on-silence", action="store_true", default=None)
+    p.add_argument("--silence-ms", type=int, help="silence that ends the recording, 100-10000")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    opts = parser.parse_args(argv)
+    try:
+        from mcp_listen.config import load_settings
+
+        settings = load_settings(log_level=opts.log_level.upper() if opts.log_level else None)
+    except ConfigError as exc:
+        print(f"mcp-listen: {exc}", file=sys.stderr)
+        return exc.exit_code
+    _setup_logging(settings.log_level)
+    command = opts.command or "serve"
+    if command == "serve":
+        from mcp_listen.lifecycle import serve
+
+        return serve(settings)
+    try:
+        return _run_command(command, opts, settings)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ListenError as exc:
+        print(f"mcp-listen: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mcp-listen %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def _run_command(command: str, opts: argparse.Namespace, settings: Any) -> int:
+    from mcp_listen import commands
+
+    return getattr(commands, command)(opts, settings)
+
+
+def tool_args(opts: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
+    """CLI options as the tool's raw arguments, so the CLI validates exactly as the tool does."""
+    raw: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(opts, name, None)
+        if value is not None:
+            raw[name] = value
+    device = raw.get("device")
+    if isinstance(device, str) and device.isdigit():
+        raw["device"] = int(device)
+    return raw
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+__all__ = ["main", "tool_args", "print_json", "InvalidArgument"]

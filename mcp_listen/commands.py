@@ -1,0 +1,137 @@
+"""The CLI's debugging commands: each runs the same engine code as the matching tool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from mcp_listen import contracts
+from mcp_listen.cli import print_json, tool_args
+from mcp_listen.config import Settings
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE
+from mcp_listen.pipeline import Engine
+
+RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
+
+
+def devices(opts: argparse.Namespace, settings: Settings) -> int:
+    found = Engine(settings).list_devices()
+    if opts.json:
+        print_json(found)
+        return EXIT_OK
+    if not found:
+        print("No input devices found.")
+        return EXIT_OK
+    print(f"{'':2}{'index':>5}  {'id':<48} {'ch':>3} {'rate':>7}")
+    for d in found:
+        mark = "* " if d["isDefault"] else "  "
+        print(f"{mark}{d['index']:>5}  {d['id']:<48} {d['maxInputChannels']:>3} {d['defaultSampleRate']:>7.0f}")
+    print("\n* = default input. Pass the id as device to the tools (ids are stable, indexes are not).")
+    return EXIT_OK
+
+
+def capture(opts: argparse.Namespace, settings: Settings) -> int:
+    args = contracts.parse_args(contracts.CaptureArgs, tool_args(opts, RECORDING_FIELDS))
+    meter = _Meter() if sys.stderr.isatty() else None
+    try:
+        result = Engine(settings).capture(args, out=opts.out, meter=meter, progress=_say)
+    finally:
+        if meter:
+            meter.close()
+    print_json(result)
+    return EXIT_OK
+
+
+def listen(opts: argparse.Namespace, settings: Settings) -> int:
+    fields = (*RECORDING_FIELDS, "whisper_model", "language")
+    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
+    print_json(Engine(settings).transcribe_voice(args, progress=_say))
+    return EXIT_OK
+
+
+def query(opts: argparse.Namespace, settings: Settings) -> int:
+    fields = (*RECORDING_FIELDS, "whisper_model", "language", "model", "prompt")
+    args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
+    print_json(Engine(settings).voice_query(args, progress=_say))
+    return EXIT_OK
+
+
+def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
+    from mcp_listen.transcriber import usable_text
+
+    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, ("whisper_model", "language")))
+    engine = Engine(settings)
+    model_path = engine.resolve_whisper_model(args.whisper_model)
+    samples = _read_wav(opts.file)
+    raw = engine.transcribe_samples(samples, model_path, args.language or "en")
+    print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
+    return EXIT_OK
+
+
+def models(opts: argparse.Namespace, settings: Settings) -> int:
+    from mcp_listen import model_store
+
+    if opts.models_command == "pull":
+        path = model_store.pull(opts.name, settings)
+        print(path)
+        return EXIT_OK
+    found = model_store.list_models(settings)
+    if opts.json:
+        print_json([{"name": m.name, "size_bytes": m.size_bytes, "path": str(m.path)} for m in found])
+        return EXIT_OK
+    print("Searched, in order:")
+    for folder in settings.model_search_dirs:
+        print(f"  {folder}")
+    if not found:
+        print("No whisper models found. Fetch one: mcp-listen models pull base.en")
+        return EXIT_UNAVAILABLE
+    for m in found:
+        print(f"  {m.name:<24} {m.size_bytes / 1e6:8.1f} MB  {m.path}")
+    return EXIT_OK
+
+
+def _read_wav(path: Any) -> Any:
+    import wave
+
+    import numpy as np
+
+    from mcp_listen.errors import InvalidArgument
+
+    try:
+        with wave.open(str(path), "rb") as wav:
+            ok = wav.getnchannels() == 1 and wav.getsampwidth() == 2 and wav.getframerate() == 16000
+            data = wav.readframes(wav.getnframes())
+    except (OSError, wave.Error, EOFError) as exc:
+        raise InvalidArgument(f"Cannot read {path}: {exc}") from None
+    if not ok:
+        raise InvalidArgument(f"{path} must be a 16 kHz mono 16-bit WAV (convert: sox IN -r 16000 -c 1 -b 16 OUT.wav)")
+    return np.frombuffer(data, dtype="<i2")
+
+
+def _say(done: float, total: float | None, message: str) -> None:
+    print(f"\r\033[K{message}", file=sys.stderr, flush=True)
+
+
+class _Meter:
+    """A live input-level bar on stderr, so a person can see whether the microphone hears them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, window: Any, speaking: bool) -> None:
+        self.count += 1
+        if self.count % 3:
+            return
+        import numpy as np
+
+        rms = float(np.sqrt(np.mean(window.astype(np.float32) ** 2))) / 32768.0
+        db = 20 * np.log10(max(rms, 1e-5))
+        filled = int(max(0.0, min(1.0, (db + 60) / 60)) * 40)
+        vad = "speech" if speaking else "      "
+        sys.stderr.write(f"\r\033[Klevel {db:6.1f} dBFS [{'#' * filled:<40}] {vad}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()

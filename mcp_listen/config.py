@@ -1,0 +1,153 @@
+"""Settings read once from the environment at startup, validated, then frozen.
+
+An invalid variable stops the server with a message naming the variable (exit 78);
+the message never echoes the value, which may be a secret or a private path.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, TypeVar
+
+from mcp_listen.errors import ConfigError
+
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+DEFAULT_MODELS_URL = "https://huggingface.co/ggerganov/whisper.cpp/resolve/main"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything mcp-listen reads from its environment."""
+
+    recordings_dir: Path = field(default_factory=lambda: default_recordings_dir())
+    """Where capture_audio writes WAV files (MCP_LISTEN_RECORDINGS_DIR; default: a private 0700
+    folder `mcp-listen-<user>` in the system temp dir, so other users cannot read recordings)."""
+
+    log_level: str = "WARNING"
+    """stderr log level (MCP_LISTEN_LOG_LEVEL or --log-level)."""
+
+    whisper_model_dir: Path | None = None
+    """First folder searched for whisper models (WHISPER_MODEL_PATH)."""
+
+    models_dir: Path = field(default_factory=lambda: Path.home() / ".mcp-listen" / "models")
+    """Per-user whisper model folder, searched second and used by `models pull`."""
+
+    models_url: str = DEFAULT_MODELS_URL
+    """Base URL `models pull` downloads ggml-NAME.bin from (MCP_LISTEN_MODELS_URL, for mirrors)."""
+
+    ollama_host: str = DEFAULT_OLLAMA_HOST
+    """Ollama daemon address (OLLAMA_HOST; `host`, `host:port` and URLs accepted)."""
+
+    ollama_timeout_s: float = 120.0
+    """Seconds to wait for Ollama's reply before giving up (MCP_LISTEN_OLLAMA_TIMEOUT_S)."""
+
+    whisper_threads: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
+    """CPU threads whisper.cpp uses (MCP_LISTEN_WHISPER_THREADS)."""
+
+    @property
+    def model_search_dirs(self) -> list[Path]:
+        """Folders searched for a whisper model name, in order."""
+        dirs = [self.whisper_model_dir] if self.whisper_model_dir else []
+        return [*dirs, self.models_dir]
+
+
+def default_recordings_dir() -> Path:
+    uid = os.getuid() if hasattr(os, "getuid") else os.getpid()
+    try:
+        import getpass
+
+        owner = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment: the uid will do
+        owner = str(uid)
+    return Path(tempfile.gettempdir()) / f"mcp-listen-{owner}"
+
+
+def _read(env: Mapping[str, str], name: str, parse: Callable[[str], T], accepted: str) -> T | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return parse(raw.strip())
+    except (ValueError, TypeError):
+        raise ConfigError(f"Environment variable {name} is invalid: expected {accepted}.") from None
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not (0 < value <= 86400):
+        raise ValueError(raw)
+    return value
+
+
+def _thread_count(raw: str) -> int:
+    value = int(raw)
+    if not (1 <= value <= 64):
+        raise ValueError(raw)
+    return value
+
+
+def _log_level(raw: str) -> str:
+    level = raw.upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(raw)
+    return level
+
+
+def _url(raw: str) -> str:
+    if not raw.startswith(("http://", "https://")):
+        raise ValueError(raw)
+    return raw.rstrip("/")
+
+
+def normalize_ollama_host(raw: str) -> str:
+    """Accept the forms Ollama accepts: `host`, `host:port`, `:port`, or a URL."""
+    host = raw.strip()
+    if not host:
+        return DEFAULT_OLLAMA_HOST
+    scheme = "http"
+    if "://" in host:
+        scheme, host = host.split("://", 1)
+        if scheme not in ("http", "https"):
+            raise ValueError(raw)
+    host, _, path = host.partition("/")
+    if host.startswith(":"):
+        host = "127.0.0.1" + host
+    if host.startswith("["):
+        has_port = "]:" in host
+    else:
+        has_port = ":" in host
+    if not has_port:
+        host += ":443" if scheme == "https" and "://" in raw else ":11434"
+    name, _, port = host.rpartition(":")
+    if not name or not port.isdigit() or not (0 < int(port) < 65536):
+        raise ValueError(raw)
+    if name == "0.0.0.0":
+        name = "127.0.0.1"
+    return f"{scheme}://{name}:{port}" + (f"/{path}".rstrip("/") if path else "")
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Read and validate the environment; `overrides` (from CLI flags) win over it."""
+    env = os.environ if env is None else env
+    values: dict[str, object] = {}
+    reads = {
+        "recordings_dir": ("MCP_LISTEN_RECORDINGS_DIR", Path, "a folder path"),
+        "log_level": ("MCP_LISTEN_LOG_LEVEL", _log_level, "one of " + ", ".join(LOG_LEVELS)),
+        "whisper_model_dir": ("WHISPER_MODEL_PATH", Path, "a folder path"),
+        "models_url": ("MCP_LISTEN_MODELS_URL", _url, "an http:// or https:// URL"),
+        "ollama_host": ("OLLAMA_HOST", normalize_ollama_host, "host, host:port or http://host:port"),
+        "ollama_timeout_s": ("MCP_LISTEN_OLLAMA_TIMEOUT_S", _positive_float, "seconds, a number > 0"),
+        "whisper_threads": ("MCP_LISTEN_WHISPER_THREADS", _thread_count, "an integer from 1 to 64"),
+    }
+    for attr, (name, parse, accepted) in reads.items():
+        value = _read(env, name, parse, accepted)
+        if value is not None:
+            values[attr] = value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings(**values)  # type: ignore[arg-type]

@@ -1,0 +1,144 @@
+"""Input-device enumeration, stable ids and device resolution (sounddevice, imported lazily).
+
+PortAudio numbers devices by position, and positions move when a device is
+plugged in or out; names repeat. The stable id is `host API:device name`, with a
+`#2`, `#3` suffix only where that pair repeats, so it survives restarts and other
+devices coming and going.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from mcp_listen.errors import CaptureError, DeviceNotFound, PortAudioMissing
+
+log = logging.getLogger(__name__)
+
+PORTAUDIO_HELP = (
+    "PortAudio, the audio library mcp-listen records through, is not installed. "
+    "Install it: sudo apt install libportaudio2 (Debian/Ubuntu), sudo dnf install portaudio (Fedora), "
+    "brew install portaudio (macOS). Then restart the MCP server."
+)
+
+_init_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class InputDevice:
+    index: int
+    name: str
+    id: str
+    max_input_channels: int
+    default_samplerate: float
+    is_default: bool
+
+    def public(self) -> dict[str, Any]:
+        """Field names as the Node edition returns them."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "id": self.id,
+            "maxInputChannels": self.max_input_channels,
+            "defaultSampleRate": self.default_samplerate,
+            "isDefault": self.is_default,
+        }
+
+
+def sounddevice() -> Any:
+    """Import sounddevice on first use; a missing PortAudio becomes an error that says how to install it."""
+    try:
+        import sounddevice as sd
+    except OSError as exc:
+        raise PortAudioMissing(PORTAUDIO_HELP) from exc
+    return sd
+
+
+def refresh() -> None:
+    """Re-initialise PortAudio so devices added or removed since start are seen.
+
+    Only safe while no stream is open: the caller guarantees that.
+    """
+    sd = sounddevice()
+    with _init_lock:
+        try:
+            sd._terminate()
+        finally:
+            sd._initialize()
+
+
+def build_ids(pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """Stable ids from (host API, device name) pairs: `api:name`, `#N` only where a pair repeats."""
+    seen: dict[str, int] = {}
+    ids = []
+    for api, name in pairs:
+        base = f"{api}:{name}"
+        seen[base] = seen.get(base, 0) + 1
+        ids.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return ids
+
+
+def list_inputs(*, rescan: bool = False) -> list[InputDevice]:
+    """Every device that can record, in PortAudio order; an empty list when there is none."""
+    sd = sounddevice()
+    if rescan:
+        refresh()
+    try:
+        raw = list(sd.query_devices())
+        apis = [api["name"] for api in sd.query_hostapis()]
+    except sd.PortAudioError as exc:
+        raise CaptureError(f"Could not list audio devices: {exc}") from exc
+    default_in = _default_input_index(sd)
+    ids = build_ids((apis[d["hostapi"]], d["name"]) for d in raw)
+    return [
+        InputDevice(
+            index=i,
+            name=d["name"],
+            id=ids[i],
+            max_input_channels=int(d["max_input_channels"]),
+            default_samplerate=float(d["default_samplerate"]),
+            is_default=i == default_in,
+        )
+        for i, d in enumerate(raw)
+        if d["max_input_channels"] > 0
+    ]
+
+
+def _default_input_index(sd: Any) -> int:
+    try:
+        index = sd.default.device[0]
+        if index is None or index < 0:
+            index = sd.query_hostapis(sd.default.hostapi)["default_input_device"]
+        return int(index)
+    except Exception:  # noqa: BLE001 - no default is a normal state, not an error
+        return -1
+
+
+def resolve(device: int | str | None, *, rescan: bool = False) -> InputDevice:
+    """The input device a tool argument names; None means the system default input."""
+    inputs = list_inputs(rescan=rescan)
+    if not inputs:
+        raise DeviceNotFound(
+            "No microphone found: PortAudio lists no input device. Connect one, check the system's "
+            "sound settings (and microphone permission), then call list_audio_devices.",
+            code="no_input_device",
+        )
+    if device is None:
+        for candidate in inputs:
+            if candidate.is_default:
+                return candidate
+        raise DeviceNotFound(
+            "There is no default input device. Pick one with the device argument "
+            "(an id from list_audio_devices) or set a default microphone in the system's sound settings.",
+            code="no_default_device",
+        )
+    for candidate in inputs:
+        if candidate.index == device if isinstance(device, int) else candidate.id == device:
+            return candidate
+    kind = "index" if isinstance(device, int) else "id"
+    raise DeviceNotFound(
+        f"No input device with {kind} {device!r}. Call list_audio_devices for the current ids "
+        "(ids are stable; indexes change when devices are added or removed)."
+    )

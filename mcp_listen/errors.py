@@ -1,0 +1,115 @@
+"""The ListenError family: every failure a user can meet, with what to do next.
+
+Each error has a stable machine-readable ``code`` (part of the public contract:
+callers branch on it), the pipeline ``stage`` it belongs to (``capture``,
+``transcription``, ``llm`` or ``None`` for argument and setup errors) and the
+process exit code the CLI uses for it (sysexits.h values).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_USAGE = 64
+EXIT_UNAVAILABLE = 69
+EXIT_INTERNAL = 70
+EXIT_CONFIG = 78
+EXIT_INTERRUPTED = 130
+
+
+class ListenError(Exception):
+    """Base of every error mcp-listen reports to a user; the message says what to do."""
+
+    code = "internal_error"
+    stage: str | None = None
+    exit_code = EXIT_INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        stage: str | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        if stage is not None:
+            self.stage = stage
+        self.extra = dict(extra or {})
+        """Result fields the contract carries beside the error (e.g. the transcription of an empty reply)."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The machine-readable form carried in a tool result's structured content."""
+        return {"stage": self.stage, "code": self.code, "message": self.message}
+
+
+class InvalidArgument(ListenError):
+    """A tool argument or CLI option is out of its accepted range; nothing was recorded."""
+
+    code = "invalid_argument"
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(ListenError):
+    """An environment variable holds a value mcp-listen cannot use; the server refuses to start."""
+
+    code = "invalid_config"
+    exit_code = EXIT_CONFIG
+
+
+class CaptureError(ListenError):
+    """The microphone could not be opened, stopped delivering audio, or the WAV could not be written."""
+
+    code = "capture_failed"
+    stage = "capture"
+    exit_code = EXIT_UNAVAILABLE
+
+
+class PortAudioMissing(CaptureError):
+    code = "portaudio_missing"
+
+
+class DeviceNotFound(CaptureError):
+    code = "device_not_found"
+
+
+class DeviceBusy(CaptureError):
+    """Only one recording at a time: the microphone is already open for another call."""
+
+    code = "busy"
+
+
+class DeviceLost(CaptureError):
+    code = "device_lost"
+
+
+class StorageError(CaptureError):
+    code = "storage_error"
+
+
+class TranscriptionError(ListenError):
+    """The whisper model is missing, invalid, failed to load, or transcription failed."""
+
+    code = "transcription_failed"
+    stage = "transcription"
+    exit_code = EXIT_UNAVAILABLE
+
+
+class LLMError(ListenError):
+    """Ollama is unreachable, lacks the model, answered with an error, timed out or replied empty."""
+
+    code = "llm_failed"
+    stage = "llm"
+    exit_code = EXIT_UNAVAILABLE
+
+
+class Cancelled(ListenError):
+    """The caller cancelled the call (MCP notifications/cancelled, Ctrl-C, shutdown)."""
+
+    code = "cancelled"
+    exit_code = EXIT_INTERRUPTED

@@ -1,0 +1,397 @@
+"""The engine: capture -> (VAD endpointing) -> transcribe -> ask, producing the contract's outcomes.
+
+This module composes the components and knows nothing of MCP: server.py and
+cli.py both call it, so the CLI debugs exactly the code path the tools run.
+Everything here is blocking and meant to run in a worker thread; `stop` is how
+a caller cancels, `progress` how it hears what is happening.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from mcp_listen import devices, wavfile
+from mcp_listen.config import Settings
+from mcp_listen.contracts import (
+    CHANNELS,
+    DEFAULT_LLM_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_WHISPER_MODEL,
+    NO_SPEECH_TIMEOUT_MS,
+    SAMPLE_RATE,
+    CaptureArgs,
+    CaptureResult,
+    StatusResult,
+    TranscribeArgs,
+    TranscribeResult,
+    VoiceQueryArgs,
+    VoiceQueryResult,
+)
+from mcp_listen.errors import LLMError
+from mcp_listen.recorder import WINDOW, Claim, Recorder, Recording
+
+if TYPE_CHECKING:
+    import numpy as np
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[float, Optional[float], str], None]
+"""progress(done, total or None, message): called from the worker thread at meaningful moments."""
+
+NO_SPEECH_MESSAGE = (
+    "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
+)
+NO_WORDS_MESSAGE = (
+    "Speech was detected but could not be transcribed. It may have been too quiet, too brief, or unclear. "
+    "Ask the user to repeat, a little louder and closer to the microphone."
+)
+TRAILING_KEEP_MS = 300
+"""Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one recording will do, resolved from a tool's arguments and its defaults."""
+
+    max_ms: int
+    stop_on_silence: bool
+    silence_ms: int
+    device: int | str | None
+
+    @property
+    def max_frames(self) -> int:
+        return self.max_ms * SAMPLE_RATE // 1000
+
+    @classmethod
+    def from_args(cls, args: CaptureArgs | TranscribeArgs, *, stop_default: bool) -> "Plan":
+        stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
+        default_ms = 15000 if stop and stop_default else 5000
+        return cls(
+            max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
+            stop_on_silence=stop,
+            silence_ms=args.silence_ms if args.silence_ms is not None else 1000,
+            device=args.device,
+        )
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A finished recording and what the endpointer learned about it."""
+
+    recording: Recording
+    speech_detected: bool | None
+    speech_end_frame: int | None
+
+    @property
+    def duration_ms(self) -> int:
+        return len(self.recording.samples) * 1000 // SAMPLE_RATE
+
+
+class Engine:
+    """One per process: the microphone lock, the resident whisper model, the settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.recorder = Recorder()
+        self._transcriber: Any = None
+        self._transcriber_lock = threading.Lock()
+        self.shutdown = threading.Event()
+        """Set on process shutdown: every recording in flight stops."""
+
+    # ------------------------------------------------------------------ devices and status
+
+    def list_devices(self) -> list[dict[str, Any]]:
+        rescan = self.recorder.active is None
+        return [d.public() for d in devices.list_inputs(rescan=rescan)]
+
+    def status(self) -> dict[str, Any]:
+        claim = self.recorder.active
+        loaded = self._transcriber.loaded_path if self._transcriber is not None else None
+        return StatusResult(
+            recording=claim is not None,
+            tool=claim.tool if claim else None,
+            elapsed_ms=claim.elapsed_ms if claim else None,
+            device=claim.device if claim else None,
+            whisper_model_loaded=str(loaded) if loaded else None,
+        ).public()
+
+    # ------------------------------------------------------------------ capture_audio
+
+    def capture(
+        self,
+        args: CaptureArgs,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+        out: Path | None = None,
+        meter: Callable[[Any, bool], None] | None = None,
+    ) -> dict[str, Any]:
+        plan = Plan.from_args(args, stop_default=False)
+        claim = self.recorder.claim("capture_audio")
+        try:
+            folder = self._recordings_folder() if out is None else None
+            heard = self._listen(plan, claim, stop, progress, meter)
+            samples = heard.recording.samples
+            path = wavfile.write_to(out, samples, SAMPLE_RATE) if out else wavfile.write_recording(folder, samples, SAMPLE_RATE)
+        finally:
+            self.recorder.release(claim)
+        result = CaptureResult(
+            path=str(path),
+            duration_ms=heard.duration_ms,
+            sample_rate=SAMPLE_RATE,
+            channels=CHANNELS,
+            size_bytes=wavfile.wav_size(len(samples)),
+        )
+        if plan.stop_on_silence:
+            result.stopped_by = heard.recording.stopped_by
+            result.speech_detected = bool(heard.speech_detected)
+        return result.public()
+
+    def _recordings_folder(self) -> Path:
+        folder = self.settings.recordings_dir
+        from mcp_listen.config import default_recordings_dir
+
+        return wavfile.ensure_folder(folder, must_own=folder == default_recordings_dir())
+
+    # ------------------------------------------------------------------ listening
+
+    def _listen(
+        self,
+        plan: Plan,
+        claim: Claim,
+        stop: threading.Event | None,
+        progress: Progress | None,
+        meter: Callable[[Any, bool], None] | None = None,
+    ) -> Heard:
+        """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end."""
+        device = devices.resolve(plan.device)
+        claim.device = device.name
+        stop = _linked(stop, self.shutdown)
+        tracker = _Tracker(plan, progress, meter)
+        if progress:
+            progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
+        recording = self.recorder.record(
+            device_index=device.index, max_frames=plan.max_frames, on_window=tracker.on_window, stop=stop
+        )
+        tracker.finished(recording)
+        return Heard(recording, tracker.speech_detected, tracker.speech_end_frame)
+
+    # ------------------------------------------------------------------ transcription
+
+    def transcriber(self) -> Any:
+        with self._transcriber_lock:
+            if self._transcriber is None:
+                from mcp_listen.transcriber import Transcriber
+
+                self._transcriber = Transcriber(threads=self.settings.whisper_threads)
+            return self._transcriber
+
+    def resolve_whisper_model(self, name: str | None) -> Path:
+        """Find and check the model before the microphone opens: nobody should speak in vain."""
+        from mcp_listen.transcriber import resolve_model, validate_model_file
+
+        path = resolve_model(name or DEFAULT_WHISPER_MODEL, self.settings.model_search_dirs)
+        validate_model_file(path)
+        return path
+
+    def transcribe_samples(self, samples: "np.ndarray", model_path: Path, language: str) -> str:
+        from mcp_listen.transcriber import condition
+
+        return self.transcriber().transcribe(condition(samples), path=model_path, language=language)
+
+    def hear_words(
+        self,
+        args: TranscribeArgs,
+        tool: str,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+    ) -> tuple[Heard, str | None, Plan]:
+        """Record and transcribe; the text is None when nobody spoke or no usable words came out."""
+        from mcp_listen.transcriber import usable_text
+
+        plan = Plan.from_args(args, stop_default=True)
+        model_path = self.resolve_whisper_model(args.whisper_model)
+        claim = self.recorder.claim(tool)
+        try:
+            self._preload(model_path)
+            heard = self._listen(plan, claim, stop, progress)
+        finally:
+            self.recorder.release(claim)
+        if plan.stop_on_silence and not heard.speech_detected:
+            return heard, None, plan
+        if progress:
+            progress(heard.duration_ms + 1, None, "Transcribing")
+        audio = _speech_part(heard)
+        raw = self.transcribe_samples(audio, model_path, args.language or "en")
+        return heard, usable_text(raw), plan
+
+    def _preload(self, model_path: Path) -> None:
+        """Load the whisper model while the user is still talking, not after."""
+        transcriber = self.transcriber()
+        threading.Thread(target=_quietly, args=(transcriber.load, model_path), daemon=True).start()
+
+    def transcribe_voice(self, args: TranscribeArgs, **kw: Any) -> dict[str, Any]:
+        heard, text, plan = self.hear_words(args, "transcribe_voice", **kw)
+        result = TranscribeResult(
+            transcription=text,
+            stopped_by=heard.recording.stopped_by if plan.stop_on_silence else None,
+            duration_ms=heard.duration_ms,
+            language=args.language or "en",
+        )
+        if text is None:
+            _explain_silence(result, heard, plan)
+        return result.public()
+
+    # ------------------------------------------------------------------ voice_query
+
+    def voice_query(
+        self,
+        args: VoiceQueryArgs,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        heard, text, plan = self.hear_words(args, "voice_query", stop=stop, progress=progress)
+        if text is None:
+            result = VoiceQueryResult(transcription=None, response=None)
+            result.stopped_by = heard.recording.stopped_by
+            _explain_silence(result, heard, plan)
+            return result.public()
+        model = args.model or DEFAULT_LLM_MODEL
+        if progress:
+            progress(heard.duration_ms + 2, None, f"Asking {model}")
+        response = self.ask(text, model, args.prompt or DEFAULT_PROMPT, _linked(stop, self.shutdown))
+        return VoiceQueryResult(transcription=text, response=response, model=model).public()
+
+    def ask(self, text: str, model: str, prompt: str, stop: threading.Event | None) -> str:
+        from mcp_listen import llm
+
+        try:
+            return llm.ask(
+                text=text,
+                model=model,
+                system_prompt=prompt,
+                host=self.settings.ollama_host,
+                timeout_s=self.settings.ollama_timeout_s,
+                cancel=stop,
+            )
+        except LLMError as exc:
+            if exc.code == "empty_response":
+                exc.extra.update(transcription=text, response=None)
+            raise
+
+
+def _explain_silence(result: Any, heard: Heard, plan: Plan) -> None:
+    """The two no-words outcomes differ only in speech_detected: the caller branches on it."""
+    if plan.stop_on_silence:
+        result.speech_detected = bool(heard.speech_detected)
+        result.message = NO_WORDS_MESSAGE if heard.speech_detected else NO_SPEECH_MESSAGE
+    else:
+        result.message = NO_WORDS_MESSAGE
+
+
+def _speech_part(heard: Heard) -> "np.ndarray":
+    """The recording up to shortly after the last speech: whisper needs no trailing silence."""
+    samples = heard.recording.samples
+    if heard.speech_end_frame is None:
+        return samples
+    end = heard.speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000
+    return samples[: min(len(samples), end)]
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    """Background preload: a failure here is reported by the real call, which retries the load."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        log.debug("background model load failed: %s", type(exc).__name__)
+
+
+def _linked(stop: threading.Event | None, shutdown: threading.Event) -> threading.Event:
+    """One event that is set when either the call is cancelled or the process shuts down."""
+    linked = _AnyEvent(stop, shutdown)
+    return linked  # type: ignore[return-value]
+
+
+class _AnyEvent:
+    """Quacks like threading.Event for `is_set`, true when any of the given events is set."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self._events)
+
+    def set(self) -> None:
+        self._events[0].set()
+
+
+class _Tracker:
+    """Per-window bookkeeping: VAD + endpointer when stopping on silence, progress, level meter."""
+
+    PERIOD_WINDOWS = 31
+    """About one progress tick per second of audio (31 x 32 ms)."""
+
+    def __init__(self, plan: Plan, progress: Progress | None, meter: Callable[[Any, bool], None] | None) -> None:
+        self.plan = plan
+        self.progress = progress
+        self.meter = meter
+        self.windows = 0
+        self.speech_detected: bool | None = None
+        self.speech_end_frame: int | None = None
+        self.vad: Any = None
+        self.endpointer: Any = None
+        if plan.stop_on_silence:
+            from mcp_listen.endpoint import EndpointConfig, Endpointer
+            from mcp_listen.vad import shared_vad
+
+            self.vad = shared_vad()
+            self.vad.reset()
+            self.endpointer = Endpointer(
+                EndpointConfig(
+                    silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS
+                )
+            )
+            self.speech_detected = False
+
+    def on_window(self, window: "np.ndarray") -> str | None:
+        self.windows += 1
+        reason = None
+        speaking = False
+        if self.endpointer is not None:
+            probability = self.vad.probability(window)
+            reason = self.endpointer.feed(probability)
+            speaking = self.endpointer.speech_detected and probability >= 0.5
+            self._note_events()
+        if self.meter is not None:
+            self.meter(window, speaking)
+        if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
+            self.progress(self.elapsed_ms, self.plan.max_ms, "Listening")
+        return reason
+
+    @property
+    def elapsed_ms(self) -> int:
+        return self.windows * WINDOW * 1000 // SAMPLE_RATE
+
+    def _note_events(self) -> None:
+        event = self.endpointer.event
+        if event == "speech_start":
+            self.speech_detected = True
+            if self.progress:
+                self.progress(self.elapsed_ms, self.plan.max_ms, "Speech detected")
+        elif event == "silence_start" and self.progress:
+            self.progress(self.elapsed_ms, self.plan.max_ms, "Silence detected")
+        last = self.endpointer.last_speech_window
+        if last is not None:
+            self.speech_end_frame = (last + 1) * WINDOW
+
+    def finished(self, recording: Recording) -> None:
+        if self.progress:
+            seconds = len(recording.samples) / SAMPLE_RATE
+            self.progress(self.elapsed_ms, self.plan.max_ms, f"Recording finished ({seconds:.1f} s, {recording.stopped_by})")

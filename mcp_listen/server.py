@@ -1,0 +1,247 @@
+"""The MCP adapter: the only module that imports `mcp`.
+
+It declares the tools, validates arguments (contracts.py), hands the blocking work
+to a worker thread (pipeline.Engine), bridges cancellation and progress, and turns
+results and ListenErrors into CallToolResults: structured content plus one text
+block holding the same JSON. It decides nothing about audio.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel import Server
+
+from mcp_listen import __version__, contracts
+from mcp_listen.errors import Cancelled, ListenError
+from mcp_listen.pipeline import Engine
+
+log = logging.getLogger(__name__)
+
+READ_ONLY = types.ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+ACTS = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+
+INSTRUCTIONS = (
+    "mcp-listen gives you the user's microphone on this machine. Use transcribe_voice to hear what the user "
+    "says (ask them to speak first), capture_audio to get a WAV file, voice_query to have a local Ollama model "
+    "answer the spoken question. Only one recording runs at a time; get_status shows it."
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    args: type[contracts._Args]
+    result: type[contracts._Result]
+    annotations: types.ToolAnnotations
+    run: Callable[[Engine, Any, "Call"], Awaitable[Any]]
+    text: Callable[[dict[str, Any]], Any] = lambda payload: payload
+
+    def as_tool(self) -> types.Tool:
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=contracts.input_schema(self.args),
+            output_schema=contracts.output_schema(self.result),
+            annotations=self.annotations,
+        )
+
+
+class Call:
+    """One tool call's link to its client: cancellation and progress for the worker thread."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.stop = threading.Event()
+        self.wants_progress = bool(ctx.meta and getattr(ctx.meta, "progress_token", None) is not None)
+
+    def progress(self, done: float, total: float | None, message: str) -> None:
+        """Called from the worker thread; sends a notifications/progress when the client asked."""
+        if not self.wants_progress or self.stop.is_set():
+            return
+        try:
+            anyio.from_thread.run(self.ctx.session.report_progress, done, total, message)
+        except Exception as exc:  # noqa: BLE001 - progress is best effort, never fatal
+            log.debug("progress notification not sent: %s", type(exc).__name__)
+
+    async def in_thread(self, fn: Callable[[], Any]) -> Any:
+        """Run blocking work in a thread; on cancel, stop it and wait (briefly) until it let go."""
+        finished = threading.Event()
+
+        def work() -> Any:
+            try:
+                return fn()
+            finally:
+                finished.set()
+
+        try:
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            self.stop.set()
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(2.0):
+                    while not finished.is_set():
+                        await anyio.sleep(0.01)
+            raise
+
+
+async def _list_devices(engine: Engine, args: Any, call: Call) -> dict[str, Any]:
+    return {"devices": await call.in_thread(engine.list_devices)}
+
+
+async def _capture(engine: Engine, args: Any, call: Call) -> dict[str, Any]:
+    return await call.in_thread(lambda: engine.capture(args, stop=call.stop, progress=call.progress))
+
+
+async def _transcribe(engine: Engine, args: Any, call: Call) -> dict[str, Any]:
+    return await call.in_thread(lambda: engine.transcribe_voice(args, stop=call.stop, progress=call.progress))
+
+
+async def _voice_query(engine: Engine, args: Any, call: Call) -> dict[str, Any]:
+    return await call.in_thread(lambda: engine.voice_query(args, stop=call.stop, progress=call.progress))
+
+
+async def _status(engine: Engine, args: Any, call: Call) -> dict[str, Any]:
+    return engine.status()
+
+
+TOOLS = [
+    ToolSpec(
+        name="list_audio_devices",
+        title="List microphones",
+        description=(
+            "List the microphones (audio input devices) on this machine. Each has an `index` and a stable "
+            "`id`; pass the id as `device` to capture_audio, transcribe_voice or voice_query to choose a "
+            "microphone (ids survive restarts, indexes change when devices come and go). `isDefault` marks "
+            "the one used when no device is given. Returns a JSON array; an empty array means no microphone."
+        ),
+        args=contracts.ListDevicesArgs,
+        result=contracts.DevicesResult,
+        annotations=READ_ONLY,
+        run=_list_devices,
+        text=lambda payload: payload["devices"],
+    ),
+    ToolSpec(
+        name="capture_audio",
+        title="Record audio to a WAV file",
+        description=(
+            "Record from the microphone and save a 16 kHz mono 16-bit WAV file on this machine; returns its "
+            "`path`, `duration_ms` and `size_bytes`. Records exactly duration_ms (default 5000, max 30000), or "
+            "with stop_on_silence: true until the speaker stops talking (duration_ms is then a maximum; the "
+            "result adds `stopped_by` — silence, ceiling or no_speech_timeout — and `speech_detected`). Tell "
+            "the user to speak before calling. For the user's words use transcribe_voice instead."
+        ),
+        args=contracts.CaptureArgs,
+        result=contracts.CaptureResult,
+        annotations=ACTS,
+        run=_capture,
+    ),
+    ToolSpec(
+        name="transcribe_voice",
+        title="Hear what the user says",
+        description=(
+            "Listen to the user and return their words as text, transcribed on this machine with whisper.cpp "
+            "(nothing leaves the machine). First ask the user to speak, then call this: it records until they "
+            "stop talking (or exactly duration_ms with stop_on_silence: false) and returns `transcription`. "
+            "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
+            "unclear to transcribe; ask the user to repeat. No audio file is kept."
+        ),
+        args=contracts.TranscribeArgs,
+        result=contracts.TranscribeResult,
+        annotations=ACTS,
+        run=_transcribe,
+    ),
+    ToolSpec(
+        name="voice_query",
+        title="Ask a local model by voice",
+        description=(
+            "Record the user's spoken question, transcribe it on this machine (whisper.cpp), send it to the "
+            "local Ollama daemon and return `transcription` and the model's `response`. Ask the user to speak "
+            "first; recording stops when they stop talking. transcription and response are null when nobody "
+            "spoke (`speech_detected: false`) or the speech had no usable words (`speech_detected: true`): ask "
+            "the user to repeat. An error result names the failing stage (capture, transcription or llm) and "
+            "what to do. No audio file is kept."
+        ),
+        args=contracts.VoiceQueryArgs,
+        result=contracts.VoiceQueryResult,
+        annotations=ACTS,
+        run=_voice_query,
+    ),
+    ToolSpec(
+        name="get_status",
+        title="Microphone status",
+        description=(
+            "What the microphone is doing now: whether a recording is in progress, for which tool, for how "
+            "long and on which device, and which whisper model is loaded. Answers even during a recording."
+        ),
+        args=contracts.GetStatusArgs,
+        result=contracts.StatusResult,
+        annotations=READ_ONLY,
+        run=_status,
+    ),
+]
+
+
+def _text(value: Any) -> list[types.TextContent]:
+    return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False))]
+
+
+def error_result(exc: ListenError) -> types.CallToolResult:
+    """isError with the cause in words and, for machines, `error: {stage, code, message}`."""
+    structured = {"error": exc.to_dict(), **exc.extra}
+    return types.CallToolResult(content=_text(structured), structured_content=structured, is_error=True)
+
+
+def build_server(engine: Engine) -> Server:
+    """The MCP server with its five tools bound to `engine`."""
+    specs = {spec.name: spec for spec in TOOLS}
+    listed = types.ListToolsResult(tools=[spec.as_tool() for spec in TOOLS])
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return listed
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        spec = specs.get(params.name)
+        if spec is None:
+            known = ", ".join(specs)
+            return error_result(ListenError(f"Unknown tool '{params.name}'. Tools: {known}.", code="unknown_tool"))
+        try:
+            args = contracts.parse_args(spec.args, params.arguments)
+            payload = await spec.run(engine, args, Call(ctx))
+        except ListenError as exc:
+            if not isinstance(exc, Cancelled):
+                log.info("%s failed: %s", spec.name, exc.code)
+            return error_result(exc)
+        except Exception:
+            log.exception("%s failed unexpectedly", spec.name)
+            return error_result(ListenError("Internal error in mcp-listen; the server log (stderr) has details."))
+        return types.CallToolResult(content=_text(spec.text(payload)), structured_content=payload)
+
+    return Server(
+        "mcp-listen",
+        version=__version__,
+        title="mcp-listen",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(engine: Engine) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(engine)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())

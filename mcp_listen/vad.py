@@ -1,0 +1,151 @@
+"""Silero VAD (vendored ONNX model) as a streaming speech-probability source.
+
+One 512-sample window (32 ms at 16 kHz) in, one probability out. The model is
+recurrent: it carries a [2, 1, 128] state and the previous window's last 64 samples
+between calls, so one SileroVAD follows one audio stream; call reset() before each
+recording. Creating the session costs ~70 ms, so a process keeps one (shared_vad()).
+numpy and onnxruntime are imported on first use, never at module import.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+WINDOW = 512
+CONTEXT = 64
+STATE_SHAPE = (2, 1, 128)
+MODEL_FILE = "silero_vad.onnx"
+MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
+
+# name -> (ONNX element type, shape this wrapper uses); None dims in the model are dynamic.
+EXPECTED_INPUTS = {
+    "input": ("tensor(float)", (1, CONTEXT + WINDOW)),
+    "state": ("tensor(float)", STATE_SHAPE),
+    "sr": ("tensor(int64)", ()),
+}
+EXPECTED_OUTPUTS = {
+    "output": ("tensor(float)", (1, 1)),
+    "stateN": ("tensor(float)", STATE_SHAPE),
+}
+
+
+def read_model_bytes() -> bytes:
+    """The packaged model, found the same way in a checkout and in an installed wheel."""
+    resource = resources.files("mcp_listen") / "models" / MODEL_FILE
+    try:
+        return resource.read_bytes()
+    except OSError as exc:
+        raise RuntimeError(
+            f"The bundled Silero VAD model (mcp_listen/models/{MODEL_FILE}) is missing or unreadable; "
+            "reinstall mcp-listen."
+        ) from exc
+
+
+def check_interface(inputs: Iterable[Any], outputs: Iterable[Any]) -> None:
+    """Raise RuntimeError unless the model's NodeArgs (name/type/shape) are what we feed and read."""
+    problems = _mismatches("input", inputs, EXPECTED_INPUTS) + _mismatches("output", outputs, EXPECTED_OUTPUTS)
+    if problems:
+        raise RuntimeError(
+            "The Silero VAD model does not have the interface mcp-listen expects ("
+            + "; ".join(problems)
+            + "). The vendored model was replaced or corrupted: reinstall mcp-listen."
+        )
+
+
+def _mismatches(kind: str, args: Iterable[Any], expected: dict[str, tuple[str, tuple[int, ...]]]) -> list[str]:
+    found = {arg.name: arg for arg in args}
+    problems = []
+    if set(found) != set(expected):
+        problems.append(f"{kind}s are {sorted(found)}, expected {sorted(expected)}")
+    for name, (elem_type, shape) in expected.items():
+        arg = found.get(name)
+        if arg is None:
+            continue
+        if arg.type != elem_type or not _shape_fits(arg.shape, shape):
+            problems.append(f"{kind} {name} is {arg.type} {arg.shape}, expected {elem_type} {list(shape)}")
+    return problems
+
+
+def _shape_fits(model_shape: Any, shape: tuple[int, ...]) -> bool:
+    """Same rank, and every fixed model dimension equals ours (symbolic/None dims accept anything)."""
+    if model_shape is None or len(model_shape) != len(shape):
+        return False
+    return all(not isinstance(dim, int) or dim == want for dim, want in zip(model_shape, shape))
+
+
+class SileroVAD:
+    """A streaming Silero session: reset() per recording, then probability() per window.
+
+    Not thread-safe: one stream at a time (mcp-listen records one at a time).
+    """
+
+    def __init__(self) -> None:
+        import numpy as np
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1  # ~0.1-0.2 ms per window: more threads only add overhead
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        model = read_model_bytes()
+        try:
+            self.session = onnxruntime.InferenceSession(
+                model, sess_options=options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own pybind exception types
+            raise RuntimeError(
+                f"The bundled Silero VAD model could not be loaded ({type(exc).__name__}); reinstall mcp-listen."
+            ) from exc
+        check_interface(self.session.get_inputs(), self.session.get_outputs())
+        self._np = np
+        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        self._input = np.zeros((1, CONTEXT + WINDOW), dtype=np.float32)
+        self._state = np.zeros(STATE_SHAPE, dtype=np.float32)
+        log.debug("Silero VAD session created")
+
+    def reset(self) -> None:
+        """Forget the previous stream: zero the recurrent state and the 64-sample context."""
+        self._state = self._np.zeros(STATE_SHAPE, dtype=self._np.float32)
+        self._input[:] = 0.0
+
+    def probability(self, window: np.ndarray) -> float:
+        """Speech probability of the next 512 samples (int16, or float in [-1, 1]) of the stream."""
+        self._input[0, CONTEXT:] = self._as_float(window)
+        output, self._state = self.session.run(
+            None, {"input": self._input, "state": self._state, "sr": self._sr}
+        )
+        self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]
+        return float(output[0, 0])
+
+    def _as_float(self, window: Any) -> np.ndarray:
+        np = self._np
+        samples = np.asarray(window)
+        if samples.shape != (WINDOW,):
+            raise ValueError(f"A VAD window is exactly {WINDOW} mono samples, got shape {samples.shape}.")
+        if samples.dtype == np.int16:
+            return samples.astype(np.float32) * (1.0 / 32768.0)
+        if samples.dtype.kind == "f":
+            return samples.astype(np.float32, copy=False)
+        raise ValueError(f"VAD samples must be int16 or float in [-1, 1], got {samples.dtype}.")
+
+
+_shared: SileroVAD | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_vad() -> SileroVAD:
+    """The process's one SileroVAD, created on first use; callers reset() it per recording."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = SileroVAD()
+        return _shared

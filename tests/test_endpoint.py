@@ -1,0 +1,218 @@
+"""The stop-on-silence state machine, driven by plain probability sequences (32 ms windows)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_listen.endpoint import EndpointConfig, Endpointer
+
+LOUD, QUIET, BETWEEN, JUST_LOUD = 0.9, 0.05, 0.4, 0.6
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(probabilities, config: EndpointConfig | None = None):
+    """Feed until a stop reason; return (reason, index of the deciding window, endpointer)."""
+    endpointer = Endpointer(config or EndpointConfig())
+    for index, probability in enumerate(probabilities):
+        reason = endpointer.feed(probability)
+        if reason is not None:
+            return reason, index, endpointer
+    return None, None, endpointer
+
+
+def test_eight_loud_windows_confirm_speech_on_the_eighth():
+    endpointer = Endpointer()
+    for probability in [QUIET] * 5 + [LOUD] * 7:
+        assert endpointer.feed(probability) is None
+    assert not endpointer.speech_detected
+    assert endpointer.feed(LOUD) is None
+    assert endpointer.speech_detected
+    assert endpointer.event == "speech_start"
+    assert endpointer.speech_started_window == 5
+    assert endpointer.last_speech_window == 12
+    assert endpointer.windows == 13
+
+
+def test_short_transient_never_confirms_and_times_out_on_the_exact_window():
+    # A 150 ms knock (5 loud windows), then silence: no speech, no silence countdown.
+    reason, index, endpointer = run([LOUD] * 5 + [QUIET] * 1000)
+    assert reason == "no_speech_timeout"
+    assert endpointer.windows == 313  # ceil(10000 / 32): 313 * 32 = 10016 >= 10000 > 312 * 32
+    assert index == 312
+    assert not endpointer.speech_detected
+    assert endpointer.speech_started_window is None
+    assert endpointer.last_speech_window is None
+
+
+def test_transient_emits_no_events():
+    endpointer = Endpointer()
+    for probability in [LOUD] * 5 + [QUIET] * 100:
+        endpointer.feed(probability)
+        assert endpointer.event is None
+
+
+def test_loud_windows_spread_wider_than_the_onset_span_do_not_confirm():
+    # One loud window in three: at most 7 loud windows in any 600 ms (19 windows).
+    reason, _, endpointer = run([LOUD, QUIET, QUIET] * 200)
+    assert reason == "no_speech_timeout"
+    assert not endpointer.speech_detected
+
+
+def test_loud_windows_dense_enough_within_the_span_confirm():
+    reason, _, endpointer = run([LOUD, QUIET] * 10 + [QUIET] * 1000)
+    assert endpointer.speech_detected
+    assert endpointer.speech_started_window == 0
+    assert reason == "silence"
+
+
+@pytest.mark.parametrize(
+    ("gap", "confirms"),
+    [(11, True), (12, False)],  # 4 + 11 + 4 = 19 windows fit the span; 4 + 12 + 4 = 20 do not
+)
+def test_onset_span_boundary(gap, confirms):
+    endpointer = Endpointer()
+    for probability in [LOUD] * 4 + [QUIET] * gap + [LOUD] * 4:
+        endpointer.feed(probability)
+    assert endpointer.speech_detected is confirms
+
+
+@pytest.mark.parametrize(("silence_ms", "windows_needed"), [(100, 4), (1000, 32), (1024, 32), (1025, 33), (1500, 47)])
+def test_silence_stops_on_the_first_window_reaching_silence_ms(silence_ms, windows_needed):
+    config = EndpointConfig(silence_ms=silence_ms)
+    reason, index, endpointer = run([LOUD] * 8 + [QUIET] * 100, config)
+    assert reason == "silence"
+    assert index == 8 + windows_needed - 1
+    assert windows_needed * 32 >= silence_ms > (windows_needed - 1) * 32
+    assert endpointer.last_speech_window == 7
+
+
+def test_pause_shorter_than_silence_ms_does_not_stop():
+    reason, index, _ = run([LOUD] * 8 + [QUIET] * 31 + [LOUD] * 8 + [QUIET] * 100)
+    assert reason == "silence"
+    assert index == 8 + 31 + 8 + 32 - 1  # the 992 ms pause was forgotten
+
+
+def test_in_between_windows_continue_a_running_silence():
+    # 20 quiet + 12 in-between = 32 windows = 1024 ms of silence run.
+    reason, index, _ = run([LOUD] * 8 + [QUIET] * 20 + [BETWEEN] * 100)
+    assert reason == "silence"
+    assert index == 8 + 32 - 1
+
+
+def test_in_between_windows_do_not_start_a_silence_run():
+    endpointer = Endpointer()
+    for probability in [LOUD] * 8 + [BETWEEN] * 100:
+        assert endpointer.feed(probability) is None
+    assert endpointer.silence_ms == 0
+    assert endpointer.feed(QUIET) is None
+    assert endpointer.event == "silence_start"
+
+
+def test_a_speech_window_resets_the_countdown():
+    probabilities = [LOUD] * 8 + [QUIET] * 30 + [JUST_LOUD] + [QUIET] * 100
+    reason, index, endpointer = run(probabilities)
+    assert reason == "silence"
+    assert index == 8 + 30 + 1 + 32 - 1
+    assert endpointer.last_speech_window == 38
+
+
+def test_events_for_progress_reporting():
+    endpointer = Endpointer()
+    events = []
+    for probability in [LOUD] * 8 + [QUIET] * 3 + [BETWEEN] + [LOUD] + [QUIET] * 2:
+        endpointer.feed(probability)
+        events.append(endpointer.event)
+    assert [(i, e) for i, e in enumerate(events) if e] == [
+        (7, "speech_start"),
+        (8, "silence_start"),
+        (12, "speech_resume"),
+        (13, "silence_start"),
+    ]
+
+
+def test_ceiling_with_continuous_speech():
+    reason, index, endpointer = run([LOUD] * 1000)
+    assert reason == "ceiling"
+    assert endpointer.windows == 469  # 469 * 32 = 15008 >= 15000 > 468 * 32
+    assert index == 468
+    assert endpointer.speech_detected
+
+
+def test_ceiling_shorter_than_no_speech_timeout_reports_ceiling():
+    reason, _, endpointer = run([QUIET] * 1000, EndpointConfig(max_ms=5000))
+    assert reason == "ceiling"
+    assert endpointer.windows == 157  # 157 * 32 = 5024 >= 5000
+    assert not endpointer.speech_detected
+
+
+def test_ceiling_equal_to_no_speech_timeout_reports_ceiling():
+    reason, _, _ = run([QUIET] * 1000, EndpointConfig(max_ms=10000, no_speech_timeout_ms=10000))
+    assert reason == "ceiling"
+
+
+def test_silence_wins_over_ceiling_on_the_same_window():
+    # Speech windows 0-7, then 32 silent windows: both rules fire on window 39 (40 * 32 = 1280 ms).
+    reason, index, _ = run([LOUD] * 8 + [QUIET] * 100, EndpointConfig(max_ms=1280))
+    assert (reason, index) == ("silence", 39)
+
+
+def test_feeding_after_stop_is_an_error():
+    reason, _, endpointer = run([QUIET] * 1000, EndpointConfig(max_ms=100))
+    assert reason == "ceiling"
+    assert endpointer.stop_reason == "ceiling"
+    with pytest.raises(RuntimeError):
+        endpointer.feed(QUIET)
+
+
+@pytest.mark.parametrize("probability", [-0.1, 1.5, float("nan")])
+def test_probability_outside_unit_interval_is_rejected(probability):
+    with pytest.raises(ValueError):
+        Endpointer().feed(probability)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"silence_ms": 0},
+        {"silence_ms": -100},
+        {"max_ms": 0},
+        {"no_speech_timeout_ms": -1},
+        {"window_ms": 0},
+        {"window_ms": float("inf")},
+        {"onset_ms": 0},
+        {"onset_ms": 700, "onset_span_ms": 600},
+        {"silence_threshold": 0.6, "speech_threshold": 0.5},
+        {"silence_threshold": 0.0},
+        {"speech_threshold": 1.2},
+        {"speech_threshold": float("nan")},
+        {"silence_ms": True},
+        {"max_ms": "15000"},
+    ],
+)
+def test_invalid_config_is_rejected(kwargs):
+    with pytest.raises(ValueError):
+        EndpointConfig(**kwargs)
+
+
+def test_default_config_is_valid_and_derives_window_counts():
+    config = EndpointConfig()
+    assert config.onset_windows == 8
+    assert config.onset_span_windows == 19
+    assert EndpointConfig(silence_threshold=0.5, speech_threshold=0.5).silence_threshold == 0.5
+
+
+def test_importing_endpoint_loads_no_heavy_modules():
+    code = (
+        "import sys, mcp_listen.endpoint\n"
+        "heavy = [m for m in ('numpy', 'onnxruntime') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr

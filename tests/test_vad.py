@@ -1,0 +1,192 @@
+"""The Silero wrapper against the real vendored model and real audio."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import wave
+from importlib import resources
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnxruntime")
+
+from mcp_listen import vad  # noqa: E402
+from mcp_listen.vad import CONTEXT, SAMPLE_RATE, WINDOW, SileroVAD, shared_vad  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+JFK = Path(os.environ.get("MCP_LISTEN_TEST_SPEECH", ROOT.parent / "shared" / "audio" / "jfk.wav"))
+
+
+@pytest.fixture(scope="module")
+def model() -> SileroVAD:
+    return SileroVAD()
+
+
+@pytest.fixture(scope="module")
+def jfk() -> np.ndarray:
+    if not JFK.is_file():
+        pytest.fail(f"speech sample {JFK} not found: set MCP_LISTEN_TEST_SPEECH to a 16 kHz mono WAV of speech")
+    with wave.open(str(JFK), "rb") as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (SAMPLE_RATE, 1, 2)
+        return np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
+
+
+def probabilities(model: SileroVAD, audio: np.ndarray, reset: bool = True) -> np.ndarray:
+    if reset:
+        model.reset()
+    count = len(audio) // WINDOW
+    return np.array([model.probability(audio[i * WINDOW : (i + 1) * WINDOW]) for i in range(count)])
+
+
+def test_packaged_model_is_the_documented_file():
+    folder = resources.files("mcp_listen") / "models"
+    data = (folder / "silero_vad.onnx").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
+    assert vad.MODEL_SHA256 in (folder / "README.md").read_text(encoding="utf-8")
+    assert str(len(data)) in (folder / "README.md").read_text(encoding="utf-8").replace(",", "")
+    assert "MIT License" in (folder / "LICENSE").read_text(encoding="utf-8")
+
+
+def test_model_interface_matches_what_the_wrapper_feeds(model):
+    inputs = {arg.name: (arg.type, arg.shape) for arg in model.session.get_inputs()}
+    outputs = {arg.name: (arg.type, arg.shape) for arg in model.session.get_outputs()}
+    assert set(inputs) == {"input", "state", "sr"}
+    assert set(outputs) == {"output", "stateN"}
+    assert inputs["input"][0] == "tensor(float)" and len(inputs["input"][1]) == 2
+    assert inputs["state"][0] == "tensor(float)" and inputs["state"][1][0] == 2 and inputs["state"][1][2] == 128
+    assert inputs["sr"] == ("tensor(int64)", [])
+    assert outputs["output"][0] == "tensor(float)" and len(outputs["output"][1]) == 2
+    assert outputs["stateN"][0] == "tensor(float)" and len(outputs["stateN"][1]) == 3
+    assert (WINDOW, CONTEXT) == (512, 64)
+
+
+def _copy(args, **changes):
+    copies = [SimpleNamespace(name=a.name, type=a.type, shape=a.shape) for a in args]
+    for copy in copies:
+        for attr, value in changes.get(copy.name, {}).items():
+            setattr(copy, attr, value)
+    return copies
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"input": {"name": "x"}},
+        {"state": {"shape": [2, None, 64]}},
+        {"sr": {"type": "tensor(float)"}},
+        {"input": {"shape": [None]}},
+    ],
+)
+def test_interface_check_rejects_a_different_model(model, changes):
+    inputs, outputs = model.session.get_inputs(), model.session.get_outputs()
+    vad.check_interface(_copy(inputs), _copy(outputs))  # the real interface passes
+    with pytest.raises(RuntimeError, match="reinstall"):
+        vad.check_interface(_copy(inputs, **changes), _copy(outputs))
+
+
+def test_interface_check_rejects_renamed_output(model):
+    outputs = _copy(model.session.get_outputs(), stateN={"name": "hn"})
+    with pytest.raises(RuntimeError, match="stateN"):
+        vad.check_interface(model.session.get_inputs(), outputs)
+
+
+def test_speech_is_mostly_above_threshold(model, jfk):
+    probs = probabilities(model, jfk)
+    assert len(probs) == len(jfk) // WINDOW
+    assert (probs >= 0.5).mean() >= 0.6  # measured 0.68
+    assert probs.max() > 0.99
+
+
+def test_digital_silence_is_not_speech(model):
+    probs = probabilities(model, np.zeros(3 * SAMPLE_RATE, dtype=np.int16))
+    assert probs.max() < 0.1  # measured 0.009
+
+
+def test_low_white_noise_is_not_speech(model):
+    noise = (np.random.default_rng(1234).standard_normal(3 * SAMPLE_RATE) * 0.005).astype(np.float32)
+    probs = probabilities(model, noise)
+    assert probs.max() < 0.1  # measured 0.049 (other seeds: up to 0.09)
+
+
+def test_reset_makes_runs_repeatable(model, jfk):
+    audio = jfk[: 3 * SAMPLE_RATE]
+    first = probabilities(model, audio)
+    carried = probabilities(model, audio, reset=False)  # state left over from the first run
+    again = probabilities(model, audio)
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, carried)
+
+
+def reference_probabilities(session, audio: np.ndarray) -> list[float]:
+    """Upstream silero_vad OnnxWrapper's algorithm, written out independently of the wrapper."""
+    state = np.zeros((2, 1, 128), dtype=np.float32)
+    context = np.zeros((1, 64), dtype=np.float32)
+    result = []
+    for start in range(0, len(audio) - 511, 512):
+        x = np.concatenate([context, audio[None, start : start + 512]], axis=1)
+        out, state = session.run(None, {"input": x, "state": state, "sr": np.array(16000, dtype=np.int64)})
+        context = x[:, -64:]
+        result.append(float(out[0, 0]))
+    return result
+
+
+def test_streaming_matches_upstream_algorithm(model, jfk):
+    audio = (jfk[: 4 * SAMPLE_RATE].astype(np.float32) / 32768.0).astype(np.float32)
+    np.testing.assert_allclose(probabilities(model, audio), reference_probabilities(model.session, audio), atol=1e-6)
+
+
+def test_int16_and_float_input_agree(model, jfk):
+    audio = jfk[: 2 * SAMPLE_RATE]
+    as_int = probabilities(model, audio)
+    as_float = probabilities(model, audio.astype(np.float32) / 32768.0)
+    np.testing.assert_allclose(as_int, as_float, atol=1e-6)
+
+
+def test_float64_samples_are_accepted(model, jfk):
+    model.reset()
+    assert 0.0 <= model.probability(list(jfk[:WINDOW] / 32768.0)) <= 1.0
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        np.zeros(WINDOW - 1, dtype=np.int16),
+        np.zeros(WINDOW + 1, dtype=np.float32),
+        np.zeros((1, WINDOW), dtype=np.float32),
+        np.zeros(WINDOW, dtype=np.int32),
+    ],
+)
+def test_wrong_window_is_rejected(model, window):
+    with pytest.raises(ValueError):
+        model.probability(window)
+
+
+def test_shared_vad_is_one_instance_per_process():
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(shared_vad())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4
+    assert all(result is results[0] for result in results)
+    assert shared_vad() is results[0]
+
+
+def test_importing_vad_loads_no_heavy_modules():
+    code = (
+        "import sys, mcp_listen.vad\n"
+        "heavy = [m for m in ('numpy', 'onnxruntime') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
