@@ -170,13 +170,16 @@ class Engine:
     ) -> Heard:
         """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end."""
         device = devices.resolve(plan.device)
-        claim.device = device.name
         stop = _linked(stop, self.shutdown)
         tracker = _Tracker(plan, progress, meter)
         if progress:
             progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
         recording = self.recorder.record(
-            device_index=device.index, max_frames=plan.max_frames, on_window=tracker.on_window, stop=stop
+            device_index=device.index,
+            max_frames=plan.max_frames,
+            on_window=tracker.on_window,
+            stop=stop,
+            on_start=lambda: setattr(claim, "device", device.name),
         )
         tracker.finished(recording)
         return Heard(recording, tracker.speech_detected, tracker.speech_end_frame)

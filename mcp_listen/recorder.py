@@ -85,13 +85,19 @@ class Recorder:
         max_frames: int,
         on_window: WindowHandler | None = None,
         stop: threading.Event | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> Recording:
-        """Record until `max_frames` samples or until `on_window` returns a stop reason."""
+        """Record until `max_frames` samples or until `on_window` returns a stop reason.
+
+        `on_start` runs once the stream is running: from then on, sound is being captured.
+        """
         stop = stop or threading.Event()
         blocks: queue.SimpleQueue = queue.SimpleQueue()
         stream, resampler = _open_stream(device_index, blocks)
         try:
             stream.start()
+            if on_start is not None:
+                on_start()
             return _consume(blocks, resampler, max_frames, on_window, stop)
         finally:
             _close(stream)

@@ -92,6 +92,10 @@ def _daemon_script(socket: Path) -> str:
             f" format=s16le",
             f"load-module module-loopback source={SINK}.monitor sink={TICK_SINK}"
             f" latency_msec=20 source_dont_move=true sink_dont_move=true",
+            # The null sink armed its first render for a 2 s block before the loopback asked
+            # for 20 ms; a suspend/resume re-arms it, else capture stalls ~2 s after start.
+            f"suspend-sink {SINK} 1",
+            f"suspend-sink {SINK} 0",
             f"set-default-sink {SINK}",
             f"set-default-source {SOURCE}",
             f"load-module module-native-protocol-unix auth-anonymous=1 socket={socket}",

@@ -1,0 +1,54 @@
+"""Shared pytest fixtures: real peers for the tests (see DESIGN.md, "Tests talk to real peers").
+
+Helper modules live beside this file and are imported by their plain names (``import vmic``,
+``import audio_assets``): pytest puts this directory on sys.path when it loads conftest.py.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+import audio_assets
+from vmic import INSTALL_HINT, VirtualMic, missing_tools, refresh_portaudio
+
+# =============================================================================================
+# Virtual microphone + test audio  (tests/vmic.py, tests/audio_assets.py)
+# =============================================================================================
+
+
+@pytest.fixture(scope="session")
+def vmic() -> Iterator[VirtualMic]:
+    """One private PulseAudio virtual microphone for the whole session.
+
+    It becomes PortAudio's default input both in child processes (pass ``vmic.child_env()``,
+    or rely on inheritance: the variables are also exported into this process's os.environ for
+    the session and restored afterwards) and in this process (sounddevice is re-initialised).
+    Tests that ``vmic.stop()`` it must ``vmic.start()`` it again before they finish.
+
+    Missing packages FAIL the test (CI always has them): nothing is skipped silently.
+    """
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"virtual microphone unavailable, missing: {', '.join(missing)}. {INSTALL_HINT}")
+    mic = VirtualMic()
+    try:
+        mic.start()
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in mic.env.items():
+                patch.setenv(name, value)
+            refresh_portaudio()
+            yield mic
+        mic.stop()
+        refresh_portaudio()  # back to the original ALSA configuration for later sessions' code
+    finally:
+        mic.close()
+
+
+@pytest.fixture(scope="session")
+def assets():
+    """The test-audio helpers (module ``audio_assets``): ``speech``, ``tone``, ``silence``,
+    ``click``, ``concat``, ``read_wav``, ``write_wav``, ``last_loud_sample``, ``xcorr_align``.
+    Files are generated once and cached in tests/assets/audio/ (git-ignored)."""
+    return audio_assets

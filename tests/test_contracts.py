@@ -1,0 +1,107 @@
+"""The argument contract, tested directly: every range edge, wrong type, null and unknown key."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mcp_listen import contracts
+from mcp_listen.contracts import CaptureArgs, TranscribeArgs, VoiceQueryArgs, parse_args
+from mcp_listen.errors import InvalidArgument
+
+VALID = [
+    (CaptureArgs, {}),
+    (CaptureArgs, {"duration_ms": 100}),
+    (CaptureArgs, {"duration_ms": 30000}),
+    (CaptureArgs, {"duration_ms": 500.0}),
+    (CaptureArgs, {"duration_ms": None, "device": None}),
+    (CaptureArgs, {"device": 0}),
+    (CaptureArgs, {"device": "ALSA:vmic"}),
+    (CaptureArgs, {"stop_on_silence": True, "silence_ms": 100}),
+    (CaptureArgs, {"stop_on_silence": True, "silence_ms": 10000}),
+    (VoiceQueryArgs, {"silence_ms": 500}),
+    (VoiceQueryArgs, {"language": "auto", "model": "qwen2.5:0.5b", "prompt": ""}),
+    (VoiceQueryArgs, {"whisper_model": "base.en", "language": "pt-BR"}),
+    (TranscribeArgs, {"stop_on_silence": False, "duration_ms": 2000}),
+]
+
+INVALID = [
+    (CaptureArgs, {"duration_ms": 99}, "duration_ms", "100 to 30000", "99"),
+    (CaptureArgs, {"duration_ms": 30001}, "duration_ms", "100 to 30000", "30001"),
+    (CaptureArgs, {"duration_ms": 1500.5}, "duration_ms", "integer", "1500.5"),
+    (CaptureArgs, {"duration_ms": "5000"}, "duration_ms", "integer", "'5000' (string)"),
+    (CaptureArgs, {"duration_ms": True}, "duration_ms", "integer", "True (boolean)"),
+    (CaptureArgs, {"duration_ms": math.nan}, "duration_ms", "integer", "nan"),
+    (CaptureArgs, {"duration_ms": math.inf}, "duration_ms", "integer", "inf"),
+    (CaptureArgs, {"duration_ms": -0.0}, "duration_ms", "100 to 30000", "-0.0"),
+    (CaptureArgs, {"duration_ms": [5000]}, "duration_ms", "integer", "[5000]"),
+    (CaptureArgs, {"device": ""}, "device", "non-empty string id", "''"),
+    (CaptureArgs, {"device": -1}, "device", "non-negative integer", "-1"),
+    (CaptureArgs, {"device": 1.5}, "device", "non-negative integer", "1.5"),
+    (CaptureArgs, {"device": False}, "device", "non-negative integer", "False"),
+    (CaptureArgs, {"device": {"id": 1}}, "device", "non-negative integer", "{'id': 1}"),
+    (CaptureArgs, {"stop_on_silence": "true"}, "stop_on_silence", "boolean", "'true'"),
+    (CaptureArgs, {"stop_on_silence": 1}, "stop_on_silence", "boolean", "1 (integer)"),
+    (CaptureArgs, {"stop_on_silence": True, "silence_ms": 99}, "silence_ms", "100 to 10000", "99"),
+    (CaptureArgs, {"stop_on_silence": True, "silence_ms": 10001}, "silence_ms", "100 to 10000", "10001"),
+    (VoiceQueryArgs, {"model": "m" * 201}, "model", "1 to 200", "mmm"),
+    (VoiceQueryArgs, {"model": ""}, "model", "1 to 200", "''"),
+    (VoiceQueryArgs, {"prompt": "p" * 8001}, "prompt", "8000", "ppp"),
+    (VoiceQueryArgs, {"language": "english!"}, "language", "language code", "'english!'"),
+    (VoiceQueryArgs, {"whisper_model": ""}, "whisper_model", "1 to 1024", "''"),
+]
+
+
+@pytest.mark.parametrize("model,raw", VALID)
+def test_valid_arguments_are_accepted(model, raw):
+    args = parse_args(model, raw)
+    for key, value in raw.items():
+        if value is not None and not isinstance(value, float):
+            assert getattr(args, key) == value
+
+
+@pytest.mark.parametrize("model,raw,name,accepted,shown", INVALID)
+def test_invalid_argument_names_argument_range_and_value(model, raw, name, accepted, shown):
+    with pytest.raises(InvalidArgument) as caught:
+        parse_args(model, raw)
+    message = str(caught.value)
+    assert name in message and accepted in message and shown in message
+
+
+@pytest.mark.parametrize("model", [CaptureArgs, TranscribeArgs, VoiceQueryArgs, contracts.ListDevicesArgs])
+def test_unknown_argument_is_named_with_the_accepted_list(model):
+    with pytest.raises(InvalidArgument) as caught:
+        parse_args(model, {"durationMs": 5000})
+    message = str(caught.value)
+    assert "'durationMs'" in message
+    for field in model.model_fields:
+        assert field in message
+
+
+def test_silence_ms_requires_stop_on_silence():
+    for raw in ({"silence_ms": 500}, {"silence_ms": 500, "stop_on_silence": False}):
+        with pytest.raises(InvalidArgument, match="silence_ms requires stop_on_silence: true"):
+            parse_args(CaptureArgs, raw)
+    with pytest.raises(InvalidArgument, match="silence_ms requires stop_on_silence: true"):
+        parse_args(VoiceQueryArgs, {"silence_ms": 500, "stop_on_silence": False})
+
+
+def test_integral_floats_become_integers():
+    assert parse_args(CaptureArgs, {"duration_ms": 750.0, "device": 2.0}).duration_ms == 750
+    assert parse_args(CaptureArgs, {"device": 2.0}).device == 2
+
+
+@pytest.mark.parametrize("model", [CaptureArgs, TranscribeArgs, VoiceQueryArgs])
+def test_schema_is_closed_and_states_ranges(model):
+    schema = contracts.input_schema(model)
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    duration = schema["properties"]["duration_ms"]["anyOf"][0]
+    assert (duration["minimum"], duration["maximum"]) == (100, 30000)
+    assert "required" not in schema
+
+
+def test_results_keep_nulls_and_drop_unset_fields():
+    result = contracts.VoiceQueryResult(transcription=None, response=None)
+    result.speech_detected = False
+    assert result.public() == {"transcription": None, "response": None, "speech_detected": False}

@@ -1,0 +1,253 @@
+"""The real server as a child process over stdio, with the virtual microphone as its input."""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+import audio_assets
+from rpc import LEGACY_VERSIONS, RawServer, mcp_client, server_env, structured, tool_call
+from vmic import env_no_input_devices, env_without_portaudio
+
+pytestmark = pytest.mark.anyio
+
+TOOL_NAMES = {"list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status"}
+
+
+@pytest.fixture
+def rec_dir(tmp_path: Path) -> Path:
+    return tmp_path / "recordings"
+
+
+@pytest.fixture
+def env(vmic, rec_dir):
+    return server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir))
+
+
+async def wait_until_recording(client, timeout: float = 10.0) -> None:
+    """Poll get_status (never blocked by the recording lock) until the microphone is capturing."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = (await client.call_tool("get_status", {})).structured_content
+        if status["recording"] and status["device"]:
+            await anyio.sleep(0.1)
+            return
+        await anyio.sleep(0.02)
+    raise TimeoutError("the recording never started")
+
+
+async def test_initialize_and_tools_list(env):
+    async with mcp_client(env) as client:
+        info = client.initialize_result.server_info if hasattr(client, "initialize_result") else None
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOL_NAMES
+    for tool in tools.values():
+        assert tool.input_schema["additionalProperties"] is False
+        assert tool.output_schema and tool.output_schema["type"] == "object"
+        assert tool.description and len(tool.description) > 80
+    devices = tools["list_audio_devices"].annotations
+    assert (devices.read_only_hint, devices.idempotent_hint, devices.open_world_hint) == (True, True, False)
+    for name in ("capture_audio", "voice_query", "transcribe_voice"):
+        notes = tools[name].annotations
+        assert (notes.read_only_hint, notes.idempotent_hint, notes.open_world_hint) == (False, False, True)
+    capture = tools["capture_audio"].input_schema["properties"]
+    assert set(capture) == {"duration_ms", "device", "stop_on_silence", "silence_ms"}
+    del info
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_every_handshake_protocol_version(env, version):
+    with RawServer(env) as server:
+        reply = server.initialize(version)
+        listed = server.call("tools/list", {})
+    assert reply["result"]["protocolVersion"] == version
+    assert reply["result"]["serverInfo"]["name"] == "mcp-listen"
+    assert reply["result"]["serverInfo"]["version"]
+    assert set(reply["result"]["capabilities"]) <= {"tools", "experimental"}
+    assert {t["name"] for t in listed["result"]["tools"]} == TOOL_NAMES
+
+
+async def test_modern_handshake(env):
+    async with mcp_client(env, mode="auto") as client:
+        result = await client.call_tool("get_status", {})
+    assert result.structured_content["recording"] is False
+
+
+async def test_list_audio_devices_lists_the_virtual_microphone(env):
+    async with mcp_client(env) as client:
+        result = await client.call_tool("list_audio_devices", {})
+    assert not result.is_error
+    devices = structured(result)["devices"]
+    assert json.loads(result.content[0].text) == devices
+    assert devices, "the virtual microphone must be listed"
+    for device in devices:
+        assert set(device) == {"index", "name", "id", "maxInputChannels", "defaultSampleRate", "isDefault"}
+        assert device["maxInputChannels"] > 0 and device["id"]
+    assert sum(d["isDefault"] for d in devices) == 1
+    assert len({d["id"] for d in devices}) == len(devices)
+
+
+async def test_device_ids_are_stable_across_restarts(env):
+    async with mcp_client(env) as client:
+        first = structured(await client.call_tool("list_audio_devices", {}))["devices"]
+    async with mcp_client(env) as client:
+        second = structured(await client.call_tool("list_audio_devices", {}))["devices"]
+    assert [d["id"] for d in first] == [d["id"] for d in second]
+
+
+async def test_fixed_capture_has_exact_length_and_private_file(env, rec_dir):
+    async with mcp_client(env) as client:
+        result = await client.call_tool("capture_audio", {"duration_ms": 500})
+    assert not result.is_error, result.content[0].text
+    data = structured(result)
+    assert json.loads(result.content[0].text) == data
+    assert set(data) == {"path", "duration_ms", "sample_rate", "channels", "size_bytes"}
+    path = Path(data["path"])
+    assert path.parent == rec_dir and path.name.startswith("mcp-listen-") and path.suffix == ".wav"
+    assert (data["duration_ms"], data["sample_rate"], data["channels"]) == (500, 16000, 1)
+    assert data["size_bytes"] == path.stat().st_size == 16044
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(audio_assets.read_wav(path)) == 8000
+
+
+async def test_capture_records_what_was_played(env, vmic):
+    clip = audio_assets.concat([audio_assets.tone(1000, 300, 0.4), audio_assets.speech("testing one two three")])
+    played = audio_assets.read_wav(clip)
+    async with mcp_client(env) as client:
+        async with anyio.create_task_group() as tg:
+            results = []
+
+            async def capture():
+                results.append(await client.call_tool("capture_audio", {"duration_ms": 4000}))
+
+            tg.start_soon(capture)
+            await wait_until_recording(client)
+            await anyio.to_thread.run_sync(lambda: vmic.play(clip))
+    data = structured(results[0])
+    recorded = audio_assets.read_wav(data["path"])
+    assert len(recorded) == 64000
+    lag, peak = audio_assets.xcorr_align(recorded, played)
+    assert peak > 0.99, f"recorded audio does not match what was played (peak {peak:.3f})"
+    assert 0 <= lag and lag + len(played) <= len(recorded)
+    assert np.array_equal(recorded[lag : lag + len(played)], played) or peak > 0.999
+
+
+async def test_capture_by_id_and_index(env):
+    async with mcp_client(env) as client:
+        devices = structured(await client.call_tool("list_audio_devices", {}))["devices"]
+        default = next(d for d in devices if d["isDefault"])
+        by_id = await client.call_tool("capture_audio", {"duration_ms": 200, "device": default["id"]})
+        by_index = await client.call_tool("capture_audio", {"duration_ms": 200, "device": default["index"]})
+        unknown = await client.call_tool("capture_audio", {"duration_ms": 200, "device": "ALSA:no such mic"})
+        out_of_range = await client.call_tool("capture_audio", {"duration_ms": 200, "device": 999})
+    assert not by_id.is_error and not by_index.is_error
+    for bad in (unknown, out_of_range):
+        assert bad.is_error
+        error = bad.structured_content["error"]
+        assert error["code"] == "device_not_found" and "list_audio_devices" in error["message"]
+
+
+INVALID_CALLS = [
+    ("capture_audio", {"duration_ms": 99}, "duration_ms"),
+    ("capture_audio", {"duration_ms": 30001}, "duration_ms"),
+    ("capture_audio", {"duration_ms": "5000"}, "duration_ms"),
+    ("capture_audio", {"duration_ms": 2500.5}, "duration_ms"),
+    ("capture_audio", {"duration_ms": True}, "duration_ms"),
+    ("capture_audio", {"device": ""}, "device"),
+    ("capture_audio", {"device": -1}, "device"),
+    ("capture_audio", {"stop_on_silence": "yes"}, "stop_on_silence"),
+    ("capture_audio", {"silence_ms": 500}, "silence_ms"),
+    ("capture_audio", {"stop_on_silence": True, "silence_ms": 99}, "silence_ms"),
+    ("capture_audio", {"stop_on_silence": True, "silence_ms": 10001}, "silence_ms"),
+    ("capture_audio", {"bogus": 1}, "bogus"),
+    ("list_audio_devices", {"all": True}, "all"),
+    ("get_status", {"verbose": True}, "verbose"),
+    ("voice_query", {"silence_ms": 500, "stop_on_silence": False}, "silence_ms"),
+    ("voice_query", {"model": "x" * 201}, "model"),
+    ("voice_query", {"prompt": "p" * 9000}, "prompt"),
+    ("transcribe_voice", {"model": "llama3.2"}, "model"),
+]
+
+
+async def test_every_validation_error_names_the_argument_and_writes_nothing(env, rec_dir):
+    async with mcp_client(env) as client:
+        for name, args, culprit in INVALID_CALLS:
+            result = await client.call_tool(name, args)
+            assert result.is_error, (name, args)
+            error = result.structured_content["error"]
+            assert error["code"] == "invalid_argument", (name, args, error)
+            assert culprit in error["message"], (name, args, error)
+        status = structured(await client.call_tool("get_status", {}))
+    assert status["recording"] is False
+    assert not rec_dir.exists() or not any(rec_dir.iterdir())
+
+
+def test_second_recording_in_the_same_write_is_refused_at_once(env):
+    with RawServer(env) as server:
+        server.initialize()
+        first = tool_call(server, "capture_audio", {"duration_ms": 1500})
+        second = tool_call(server, "capture_audio", {"duration_ms": 1500})
+        started = time.monotonic()
+        server.send(first, second)
+        refused = server.wait_for(second["id"])
+        refused_after = time.monotonic() - started
+        done = server.wait_for(first["id"])
+    assert refused["result"]["isError"] is True
+    assert refused["result"]["structuredContent"]["error"]["code"] == "busy"
+    assert "already in progress" in refused["result"]["content"][0]["text"]
+    assert refused_after < 1.4, "the refusal must not wait for the first recording"
+    assert "isError" not in done["result"] or not done["result"]["isError"]
+
+
+def test_stdout_carries_only_json_rpc(env, tmp_path):
+    with RawServer(env, stderr_path=tmp_path / "stderr.log") as server:
+        server.initialize()
+        server.call("tools/list", {})
+        for name, args in [
+            ("list_audio_devices", {}),
+            ("capture_audio", {"duration_ms": 300}),
+            ("capture_audio", {"duration_ms": 1}),
+            ("capture_audio", {"stop_on_silence": True, "duration_ms": 600}),
+            ("get_status", {}),
+            ("transcribe_voice", {"whisper_model": "/nonexistent/ggml-x.bin"}),
+            ("nonexistent_tool", {}),
+        ]:
+            server.call("tools/call", {"name": name, "arguments": args})
+        server.close_stdin()
+        assert server.wait_exit(10) == 0
+        lines = list(server.lines)
+    assert len(lines) == 9  # initialize, tools/list and seven calls: nothing else
+    for line in lines:
+        message = json.loads(line)
+        assert message["jsonrpc"] == "2.0"
+
+
+async def test_missing_portaudio_still_serves_and_says_how_to_install(rec_dir):
+    env = server_env(env_without_portaudio(), MCP_LISTEN_RECORDINGS_DIR=str(rec_dir))
+    async with mcp_client(env) as client:
+        tools = (await client.list_tools()).tools
+        result = await client.call_tool("list_audio_devices", {})
+        capture = await client.call_tool("capture_audio", {"duration_ms": 200})
+    assert {t.name for t in tools} == TOOL_NAMES
+    for failed in (result, capture):
+        assert failed.is_error
+        error = failed.structured_content["error"]
+        assert error["code"] == "portaudio_missing"
+        assert "sudo apt install libportaudio2" in error["message"]
+
+
+async def test_no_input_devices_is_an_empty_list(rec_dir):
+    env = server_env(env_no_input_devices(), MCP_LISTEN_RECORDINGS_DIR=str(rec_dir))
+    async with mcp_client(env) as client:
+        listed = await client.call_tool("list_audio_devices", {})
+        capture = await client.call_tool("capture_audio", {"duration_ms": 200})
+    assert not listed.is_error and structured(listed) == {"devices": []}
+    assert json.loads(listed.content[0].text) == []
+    assert capture.is_error and capture.structured_content["error"]["code"] == "no_input_device"
+    assert not rec_dir.exists() or not any(rec_dir.iterdir())
