@@ -1,0 +1,257 @@
+"""model_store against a real HTTP server on loopback: success, 404, cut body, wrong checksum,
+non-model body, Ctrl-C mid-download. After every failure the folder holds no model and no
+.partial file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from mcp_listen import model_store
+from mcp_listen.config import Settings
+from mcp_listen.errors import TranscriptionError
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_BYTES = b"lmgg" + bytes(range(256)) * 2000  # ~0.5 MB, starts like a GGML file
+MODEL_SHA1 = hashlib.sha1(MODEL_BYTES).hexdigest()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # keep test output clean
+        pass
+
+    def do_GET(self) -> None:
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        route = {
+            "/m/ggml-good.bin": self._good,
+            "/m/ggml-tiny.en.bin": self._good,
+            "/m/ggml-html.bin": self._html,
+            "/m/ggml-cut.bin": self._cut,
+            "/m/ggml-slow.bin": self._slow,
+            "/m/ggml-moved.bin": self._redirect,
+            "/m/ggml-broken.bin": self._error,
+        }.get(self.path, self._missing)
+        route()
+
+    def _send(self, status: int, body: bytes, length: int | None = None, ctype: str = "application/octet-stream") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _good(self) -> None:
+        self._send(200, MODEL_BYTES)
+
+    def _html(self) -> None:
+        self._send(200, b"<!DOCTYPE html><html>Sign in to continue</html>", ctype="text/html")
+
+    def _missing(self) -> None:
+        self._send(404, b"Entry not found", ctype="text/plain")
+
+    def _error(self) -> None:
+        self._send(503, b"busy", ctype="text/plain")
+
+    def _redirect(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", "/m/ggml-good.bin")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _cut(self) -> None:
+        self._send(200, MODEL_BYTES[: len(MODEL_BYTES) // 2], length=len(MODEL_BYTES))
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _slow(self) -> None:
+        """64 KB every 50 ms of a 100 MB body, for at most 20 s: time to press Ctrl-C."""
+        self.send_response(200)
+        self.send_header("Content-Length", str(100 << 20))
+        self.end_headers()
+        self.close_connection = True
+        deadline = time.monotonic() + 20
+        chunk = b"lmgg" + b"\0" * (64 * 1024 - 4)
+        try:
+            while time.monotonic() < deadline:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+                time.sleep(0.05)
+                chunk = b"\0" * len(chunk)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def server() -> Iterator[ThreadingHTTPServer]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
+    httpd.paths = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _settings(server: ThreadingHTTPServer, tmp_path: Path) -> Settings:
+    host, port = server.server_address[:2]
+    return Settings(models_dir=tmp_path / "models", models_url=f"http://{host}:{port}/m")
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def _pull_error(name: str, settings: Settings, **kw) -> TranscriptionError:
+    with pytest.raises(TranscriptionError) as err:
+        model_store.pull(name, settings, progress=False, **kw)
+    return err.value
+
+
+def test_pull_success_verifies_and_renames(server, tmp_path: Path) -> None:
+    settings = _settings(server, tmp_path)
+    path = model_store.pull("good", settings, progress=False, hashes={"good": MODEL_SHA1})
+    assert path == tmp_path / "models" / "ggml-good.bin"
+    assert path.read_bytes() == MODEL_BYTES
+    assert _files(tmp_path / "models") == ["ggml-good.bin"]
+    assert (tmp_path / "models").stat().st_mode & 0o777 == 0o700
+    infos = model_store.list_models(settings)
+    assert [(m.name, m.size_bytes, m.path) for m in infos] == [("good", len(MODEL_BYTES), path)]
+
+
+def test_existing_verified_model_is_not_downloaded_again(server, tmp_path: Path) -> None:
+    settings = _settings(server, tmp_path)
+    model_store.pull("good", settings, progress=False, hashes={"good": MODEL_SHA1})
+    model_store.pull("good", settings, progress=False, hashes={"good": MODEL_SHA1})
+    assert server.paths == ["/m/ggml-good.bin"]
+    model_store.pull("good", settings, progress=False, hashes={"good": MODEL_SHA1}, force=True)
+    assert len(server.paths) == 2
+
+
+def test_redirect_is_followed(server, tmp_path: Path) -> None:
+    path = model_store.pull("moved", _settings(server, tmp_path), progress=False, hashes={"moved": MODEL_SHA1})
+    assert path.read_bytes() == MODEL_BYTES
+
+
+def test_progress_goes_to_stderr_only(server, tmp_path: Path, capfd) -> None:
+    model_store.pull("good", _settings(server, tmp_path), progress=True, hashes={})
+    out, _err = capfd.readouterr()
+    assert out == ""
+
+
+def test_404_leaves_nothing(server, tmp_path: Path) -> None:
+    err = _pull_error("missing", _settings(server, tmp_path))
+    assert err.code == "download_failed" and "404" in err.message and "base.en" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_http_error_leaves_nothing(server, tmp_path: Path) -> None:
+    err = _pull_error("broken", _settings(server, tmp_path))
+    assert err.code == "download_failed" and "503" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_connection_cut_mid_body_leaves_nothing(server, tmp_path: Path) -> None:
+    err = _pull_error("cut", _settings(server, tmp_path), hashes={})
+    assert err.code == "download_failed"
+    assert _files(tmp_path / "models") == []
+
+
+def test_wrong_checksum_leaves_nothing(server, tmp_path: Path) -> None:
+    err = _pull_error("good", _settings(server, tmp_path), hashes={"good": "0" * 40})
+    assert err.code == "checksum_mismatch"
+    assert _files(tmp_path / "models") == []
+
+
+def test_standard_name_is_checked_against_the_published_table(server, tmp_path: Path) -> None:
+    """A 'tiny.en' that is not the published file must fail the pinned SHA-1."""
+    err = _pull_error("tiny.en", _settings(server, tmp_path))
+    assert err.code == "checksum_mismatch"
+    assert model_store.STANDARD_MODELS_SHA1["tiny.en"] in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_non_model_body_leaves_nothing(server, tmp_path: Path) -> None:
+    err = _pull_error("html", _settings(server, tmp_path))
+    assert err.code == "download_failed" and "GGML" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_unreachable_server(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = Settings(models_dir=tmp_path / "models", models_url=f"http://127.0.0.1:{port}")
+    assert _pull_error("tiny", settings).code == "download_failed"
+    assert _files(tmp_path / "models") == []
+
+
+@pytest.mark.parametrize("name", ["../evil", "Base.en", "", "a/b", ".hidden", "x y", "base..en"])
+def test_bad_names_are_refused_before_any_request(server, tmp_path: Path, name: str) -> None:
+    assert _pull_error(name, _settings(server, tmp_path)).code == "unknown_model"
+    assert server.paths == []
+
+
+def test_ctrl_c_mid_download_leaves_nothing(server, tmp_path: Path) -> None:
+    host, port = server.server_address[:2]
+    folder = tmp_path / "models"
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from mcp_listen.config import Settings\n"
+        "from mcp_listen import model_store\n"
+        "s = Settings(models_dir=Path(sys.argv[1]), models_url=sys.argv[2])\n"
+        "model_store.pull('slow', s, progress=False)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder), f"http://{host}:{port}/m"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+    )
+    partial = folder / "ggml-slow.bin.partial"
+    deadline = time.monotonic() + 15
+    while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert partial.exists(), "the download never started"
+    child.send_signal(signal.SIGINT)
+    _out, err = child.communicate(timeout=15)
+    assert child.returncode != 0
+    assert b"KeyboardInterrupt" in err
+    assert _files(folder) == []
+
+
+def test_list_models_searches_folders_in_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "custom", tmp_path / "models"
+    first.mkdir()
+    second.mkdir()
+    (first / "ggml-small.bin").write_bytes(b"lmgg1")
+    (second / "ggml-base.en.bin").write_bytes(b"lmgg22")
+    (second / "ggml-tiny.bin.partial").write_bytes(b"lmgg")
+    (second / "notes.txt").write_text("x")
+    settings = Settings(whisper_model_dir=first, models_dir=second)
+    assert model_store.search_dirs(settings) == [first, second]
+    found = model_store.list_models(settings)
+    assert [(m.name, m.size_bytes) for m in found] == [("small", 5), ("base.en", 6)]
+    assert model_store.list_models(Settings(models_dir=tmp_path / "absent")) == []
+
+
+def test_standard_table_is_complete() -> None:
+    assert set(model_store.STANDARD_MODELS) == {
+        "tiny", "tiny.en", "base", "base.en", "small", "small.en",
+        "medium", "medium.en", "large-v3", "large-v3-turbo",
+    }
+    assert all(len(h) == 40 and int(h, 16) >= 0 for h in model_store.STANDARD_MODELS_SHA1.values())

@@ -1,0 +1,96 @@
+"""capture_audio with stop_on_silence, through the real server and the virtual microphone.
+
+Latencies are measured on the captured audio (samples), never on the wall clock,
+so a loaded machine does not change them.
+"""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+import audio_assets as A
+from rpc import mcp_client, server_env, structured
+from test_server import wait_until_recording
+
+pytestmark = pytest.mark.anyio
+RATE = 16000
+
+
+@pytest.fixture
+def env(vmic, tmp_path):
+    return server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+
+
+async def capture_while_playing(env, vmic, clip, args) -> dict:
+    """Start capture_audio, play `clip` into the microphone once it listens, return the result."""
+    async with mcp_client(env) as client:
+        results = []
+
+        async def capture():
+            results.append(await client.call_tool("capture_audio", args))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(capture)
+            await wait_until_recording(client)
+            if clip is not None:
+                await anyio.to_thread.run_sync(lambda: vmic.play(clip))
+    assert not results[0].is_error, results[0].content[0].text
+    return structured(results[0])
+
+
+def speech_end_in_recording(recording: np.ndarray, speech: np.ndarray) -> int:
+    """Sample index in `recording` just after the last loud sample of `speech`."""
+    lag, peak = A.xcorr_align(recording, speech)
+    assert peak > 0.999, f"the speech was not captured intact (correlation {peak:.4f})"
+    assert np.array_equal(recording[lag : lag + len(speech)], speech), "samples were altered"
+    return lag + A.last_loud_sample(speech) + 1
+
+
+@pytest.mark.parametrize("silence_ms", [500, 1000])
+async def test_stops_after_silence_ms_and_keeps_a_shorter_pause(env, vmic, silence_ms):
+    first = A.speech("the quick brown fox jumps over the lazy dog")
+    second = A.speech("and then it ran away")
+    pause = silence_ms - 300  # shorter than silence_ms: must not end the recording
+    clip = A.concat([A.silence(300), first, A.silence(pause), second, A.silence(silence_ms + 2500)])
+    data = await capture_while_playing(
+        env, vmic, clip, {"stop_on_silence": True, "silence_ms": silence_ms, "duration_ms": 20000}
+    )
+    assert data["stopped_by"] == "silence" and data["speech_detected"] is True
+    recording = A.read_wav(data["path"])
+    assert data["duration_ms"] == len(recording) * 1000 // RATE
+    assert data["size_bytes"] == 44 + 2 * len(recording)
+    speech_end = speech_end_in_recording(recording, A.read_wav(second))
+    after_ms = (len(recording) - speech_end) * 1000 / RATE
+    assert silence_ms <= after_ms <= silence_ms + 150, f"stopped {after_ms:.0f} ms after the speech ended"
+
+
+async def test_continuous_speech_ends_at_the_ceiling(env, vmic):
+    long_speech = A.speech(
+        "this sentence keeps going for quite a while so that it lasts longer than the two second ceiling"
+    )
+    data = await capture_while_playing(env, vmic, long_speech, {"stop_on_silence": True, "duration_ms": 2000})
+    assert data["stopped_by"] == "ceiling" and data["speech_detected"] is True
+    assert data["duration_ms"] == 2000 and data["size_bytes"] == 64044
+
+
+async def test_silence_only_times_out_without_speech(env, vmic):
+    data = await capture_while_playing(env, vmic, None, {"stop_on_silence": True, "duration_ms": 30000})
+    assert data["stopped_by"] == "no_speech_timeout" and data["speech_detected"] is False
+    assert 10000 <= data["duration_ms"] <= 10100
+    assert len(A.read_wav(data["path"])) == data["duration_ms"] * RATE // 1000
+
+
+async def test_a_click_is_not_speech(env, vmic):
+    clip = A.concat([A.silence(500), A.click(150), A.silence(500), A.click(150)])
+    data = await capture_while_playing(env, vmic, clip, {"stop_on_silence": True, "duration_ms": 30000})
+    assert data["stopped_by"] == "no_speech_timeout" and data["speech_detected"] is False
+    recording = A.read_wav(data["path"])
+    assert np.abs(recording.astype(np.int32)).max() > 10000, "the clicks must have been captured"
+
+
+async def test_no_speech_before_a_short_ceiling_reports_ceiling(env, vmic):
+    data = await capture_while_playing(env, vmic, None, {"stop_on_silence": True, "duration_ms": 1500})
+    assert data["stopped_by"] == "ceiling" and data["speech_detected"] is False
+    assert data["duration_ms"] == 1500

@@ -1,0 +1,432 @@
+"""Transcriber tests against the real tiny.en whisper.cpp model and the JFK sample.
+
+The model comes from MCP_LISTEN_TEST_MODEL, else /work/assets/ggml-tiny.en.bin, else it is made
+once into tests/assets/ by the shared `whisper-test-model` tool (real tiny.en weights, ~3 s).
+Anything that could crash whisper.cpp runs in a child process, so a regression shows up as a
+failed test instead of a dead test run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcp_listen import transcriber as T
+from mcp_listen.errors import TranscriptionError
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+JFK_WAV = SHARED / "audio" / "jfk.wav"
+JFK_TEXT = (
+    "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+)
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    configured = os.environ.get("MCP_LISTEN_TEST_MODEL")
+    for candidate in filter(None, [configured, "/work/assets/ggml-tiny.en.bin"]):
+        if Path(candidate).is_file():
+            return Path(candidate)
+    target = REPO / "tests" / "assets" / "ggml-tiny.en.bin"
+    tool = SHARED / "tools" / "whisper-test-model"
+    if not target.is_file():
+        if not tool.is_file():
+            pytest.fail(f"No test model: set MCP_LISTEN_TEST_MODEL or provide {tool}")
+        subprocess.run([sys.executable, str(tool), str(target)], check=True, stdout=subprocess.DEVNULL)
+    return target
+
+
+@pytest.fixture(scope="session")
+def jfk() -> np.ndarray:
+    with wave.open(str(JFK_WAV), "rb") as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").copy()
+
+
+@pytest.fixture(scope="module")
+def loaded(model_path: Path) -> T.Transcriber:
+    tr = T.Transcriber(threads=2)
+    tr.load(model_path)
+    return tr
+
+
+def _child(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
+
+
+# --------------------------------------------------------------------------- transcription
+
+
+def test_jfk_word_for_word(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
+    raw = loaded.transcribe(T.condition(jfk), path=model_path, language="en")
+    assert _words(raw) == _words(JFK_TEXT)
+    assert T.usable_text(raw) == raw.strip()
+
+
+def test_quiet_speech_is_lifted_by_conditioning(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
+    quiet = (jfk.astype(np.float32) / 32768.0) * 0.05
+    raw = loaded.transcribe(T.condition(quiet), path=model_path)
+    assert _words(raw) == _words(JFK_TEXT)
+
+
+def test_empty_and_tiny_input_never_return_stale_segments(
+    loaded: T.Transcriber, model_path: Path, jfk: np.ndarray
+) -> None:
+    assert _words(loaded.transcribe(T.condition(jfk), path=model_path))  # leaves segments behind
+    assert loaded.transcribe(np.zeros(0, np.float32), path=model_path) == ""
+    assert loaded.transcribe(np.zeros(800, np.float32), path=model_path) == ""
+
+
+def test_auto_language_on_english_model(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
+    raw = loaded.transcribe(T.condition(jfk[: 16000 * 3]), path=model_path, language="auto")
+    assert _words(raw)[:4] == ["and", "so", "my", "fellow"]
+
+
+def test_audio_ctx_timing(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray, monkeypatch) -> None:
+    """Prints (does not assert) how much the shrunk encoder window saves; transcripts must match."""
+    audio = T.condition(jfk)
+    timings = {}
+    for label, ctx in (("audio_ctx=auto", None), ("audio_ctx=0 (30 s window)", 0)):
+        if ctx is not None:
+            monkeypatch.setattr(T, "audio_ctx_for", lambda n: 0)
+        start = time.perf_counter()
+        raw = loaded.transcribe(audio, path=model_path)
+        timings[label] = time.perf_counter() - start
+        assert _words(raw) == _words(JFK_TEXT), label
+    sys.stderr.write(f"\njfk 11 s, tiny.en, 2 threads: {', '.join(f'{k}: {v:.2f} s' for k, v in timings.items())}\n")
+
+
+def test_audio_ctx_covers_the_clip() -> None:
+    assert T.audio_ctx_for(int(2.6 * 16000)) == 320
+    assert T.audio_ctx_for(11 * 16000) == 704
+    assert T.audio_ctx_for(16000) == 192
+    for n in (1, 16000, 100_000, 400_000):
+        ctx = T.audio_ctx_for(n)
+        assert ctx == 0 or ctx * 320 >= n + 128 * 320
+    assert T.audio_ctx_for(30 * 16000) == 0
+
+
+def test_background_load_then_transcribe_waits(model_path: Path, jfk: np.ndarray) -> None:
+    tr = T.Transcriber(threads=2)
+    assert tr.loaded_path is None
+    loader = threading.Thread(target=tr.load, args=(model_path,))
+    loader.start()
+    raw = tr.transcribe(T.condition(jfk), path=model_path)
+    loader.join()
+    assert _words(raw) == _words(JFK_TEXT)
+    assert tr.loaded_path == model_path
+
+
+def test_loading_another_model_replaces_the_first(model_path: Path, tmp_path: Path, jfk: np.ndarray) -> None:
+    other = tmp_path / "ggml-other.bin"
+    try:
+        os.link(model_path, other)
+    except OSError:
+        shutil.copyfile(model_path, other)
+    tr = T.Transcriber(threads=2)
+    start = time.perf_counter()
+    tr.load(model_path)
+    sys.stderr.write(f"\ntiny.en model load: {time.perf_counter() - start:.2f} s\n")
+    first = tr._model
+    tr.load(model_path)
+    assert tr._model is first  # cached
+    tr.load(other)
+    assert tr.loaded_path == other and tr._model is not first
+    assert _words(tr.transcribe(T.condition(jfk), path=other)) == _words(JFK_TEXT)
+
+
+def test_missing_model_at_transcribe(tmp_path: Path) -> None:
+    tr = T.Transcriber(threads=1)
+    with pytest.raises(TranscriptionError) as err:
+        tr.transcribe(np.zeros(16000, np.float32), path=tmp_path / "ggml-base.en.bin")
+    assert err.value.code == "model_not_found"
+    assert tr.loaded_path is None
+
+
+def test_nothing_reaches_stdout_or_stderr(model_path: Path) -> None:
+    code = (
+        "import sys, wave, numpy as np\n"
+        "from mcp_listen.transcriber import Transcriber, condition\n"
+        "w = wave.open(sys.argv[2]); a = np.frombuffer(w.readframes(w.getnframes()), '<i2')\n"
+        "t = Transcriber(2)\n"
+        "text = t.transcribe(condition(a), path=sys.argv[1])\n"
+        "t.transcribe(condition(a[:16000]), path=sys.argv[1], language='auto')\n"
+        "assert 'country' in text, text\n"
+    )
+    done = _child(code, str(model_path), str(JFK_WAV))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == ""
+
+
+# --------------------------------------------------------------------------- model resolution
+
+
+def test_resolve_existing_path_is_used_as_is(model_path: Path, tmp_path: Path) -> None:
+    assert T.resolve_model(str(model_path), []) == model_path
+    with pytest.raises(TranscriptionError) as err:
+        T.resolve_model(str(tmp_path / "nope" / "ggml-small.bin"), [tmp_path])
+    assert err.value.code == "model_not_found"
+    assert "mcp-listen models pull small" in err.value.message
+
+
+def test_resolve_tilde_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m.bin").write_bytes(b"x")
+    assert T.resolve_model("~/m.bin", []) == tmp_path / "m.bin"
+
+
+def test_resolve_name_in_folder_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+    (second / "ggml-base.en.bin").write_bytes(b"2")
+    assert T.resolve_model("base.en", [first, second]) == second / "ggml-base.en.bin"
+    (first / "ggml-base.en.bin").write_bytes(b"1")
+    assert T.resolve_model("base.en", [first, second]) == first / "ggml-base.en.bin"
+    assert T.resolve_model("ggml-base.en.bin", [first, second]) == first / "ggml-base.en.bin"
+    (second / "custom.bin").write_bytes(b"c")
+    assert T.resolve_model("custom.bin", [first, second]) == second / "custom.bin"
+
+
+def test_resolve_not_found_says_what_to_run(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    with pytest.raises(TranscriptionError) as err:
+        T.resolve_model("base.en", [a, b])
+    assert err.value.code == "model_not_found"
+    assert "mcp-listen models pull base.en" in err.value.message
+    assert str(a) in err.value.message and str(b) in err.value.message
+    with pytest.raises(TranscriptionError) as err:
+        T.resolve_model("ggml-tiny.en.bin", [a])
+    assert "mcp-listen models pull tiny.en" in err.value.message
+
+
+# --------------------------------------------------------------------------- model validation
+
+
+def _invalid(path: Path) -> TranscriptionError:
+    with pytest.raises(TranscriptionError) as err:
+        T.validate_model_file(path)
+    return err.value
+
+
+def test_real_model_validates_quickly(model_path: Path) -> None:
+    T._validated.clear()
+    start = time.perf_counter()
+    T.validate_model_file(model_path)
+    took = time.perf_counter() - start
+    sys.stderr.write(f"\nvalidate_model_file(tiny.en, uncached): {took * 1000:.1f} ms\n")
+    assert took < 1.0  # ~25 ms here; generous for a loaded machine
+
+
+def test_missing_and_folder(tmp_path: Path) -> None:
+    assert _invalid(tmp_path / "ggml-base.en.bin").code == "model_not_found"
+    err = _invalid(tmp_path)
+    assert err.code == "model_invalid" and "folder" in err.message
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    empty = tmp_path / "ggml-base.en.bin"
+    empty.write_bytes(b"")
+    err = _invalid(empty)
+    assert err.code == "model_invalid" and "truncated or empty" in err.message
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"this is not a model, just a text file\n" * 10, "not a whisper.cpp model"),
+        (b"<!DOCTYPE html><html>Repository not found</html>", "HTML page"),
+        (b"GGUF\x03\x00\x00\x00" + b"\x00" * 64, "GGUF"),
+    ],
+)
+def test_foreign_files(tmp_path: Path, content: bytes, why: str) -> None:
+    path = tmp_path / "ggml-base.en.bin"
+    path.write_bytes(content)
+    err = _invalid(path)
+    assert err.code == "model_invalid" and why in err.message
+    assert "mcp-listen models pull base.en" in err.message
+
+
+def _truncated_copy(model_path: Path, tmp_path: Path, size: int) -> Path:
+    out = tmp_path / "ggml-tiny.en.bin"
+    with open(model_path, "rb") as src, open(out, "wb") as dst:
+        dst.write(src.read(size))
+    return out
+
+
+@pytest.mark.parametrize("fraction", [None, 0.9, 0.999999])
+def test_truncated_files(model_path: Path, tmp_path: Path, fraction: float | None) -> None:
+    size = 1 << 20 if fraction is None else int(model_path.stat().st_size * fraction)
+    err = _invalid(_truncated_copy(model_path, tmp_path, size))
+    assert err.code == "model_invalid"
+    assert "truncated" in err.message and "mcp-listen models pull tiny.en" in err.message
+
+
+def test_cut_exactly_between_tensors(model_path: Path, tmp_path: Path) -> None:
+    """A file ending on a tensor boundary looks complete to a naive walk; the count catches it."""
+    header_end = 586235  # where tiny.en's tensors start (after hparams, mel filters, vocabulary)
+    first_tensor = 12 + 3 * 4 + len("encoder.conv1.weight") + 3 * 80 * 384 * 2
+    err = _invalid(_truncated_copy(model_path, tmp_path, header_end + first_tensor))
+    assert err.code == "model_invalid" and "truncated" in err.message
+
+
+def test_trailing_garbage_is_rejected(model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "ggml-tiny.en.bin"
+    shutil.copyfile(model_path, path)
+    with open(path, "ab") as f:
+        f.write(b"\x01\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00bogus" + b"\x00" * 64)
+    assert _invalid(path).code == "model_invalid"
+
+
+def test_validation_is_cached_by_size_and_mtime(model_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "ggml-tiny.en.bin"
+    shutil.copyfile(model_path, path)
+    T.validate_model_file(path)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 1000)
+    assert _invalid(path).code == "model_invalid"
+
+
+def test_truncated_model_does_not_kill_the_process(model_path: Path, tmp_path: Path) -> None:
+    """Load + transcribe a truncated model in a child: it must report an error, not segfault."""
+    bad = _truncated_copy(model_path, tmp_path, int(model_path.stat().st_size * 0.9))
+    code = (
+        "import sys, numpy as np\n"
+        "from mcp_listen.transcriber import Transcriber\n"
+        "from mcp_listen.errors import TranscriptionError\n"
+        "t = Transcriber(2)\n"
+        "for step in (lambda: t.load(sys.argv[1]),\n"
+        "             lambda: t.transcribe(np.zeros(16000, np.float32), path=sys.argv[1])):\n"
+        "    try:\n"
+        "        step()\n"
+        "    except TranscriptionError as e:\n"
+        "        sys.stderr.write(e.code + '\\n')\n"
+        "sys.stderr.write('alive\\n')\n"
+    )
+    done = _child(code, str(bad))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.split() == ["model_invalid", "model_invalid", "alive"]
+
+
+def test_loader_rejection_is_caught_from_whisper_log(model_path: Path, tmp_path: Path) -> None:
+    """A file our walk accepts but whisper.cpp refuses (ftype says f32, tensors are f16) must
+    raise model_load_failed instead of segfaulting at the first transcription."""
+    patched = tmp_path / "ggml-tiny.en.bin"
+    shutil.copyfile(model_path, patched)
+    with open(patched, "r+b") as f:
+        f.seek(4 + 10 * 4)  # hparams.ftype
+        f.write((0).to_bytes(4, "little"))
+    T.validate_model_file(patched)  # structurally whole: the walk cannot know the type rule
+    code = (
+        "import sys, numpy as np\n"
+        "from mcp_listen.transcriber import Transcriber\n"
+        "from mcp_listen.errors import TranscriptionError\n"
+        "t = Transcriber(2)\n"
+        "try:\n"
+        "    t.transcribe(np.zeros(16000, np.float32), path=sys.argv[1])\n"
+        "except TranscriptionError as e:\n"
+        "    sys.stderr.write(e.code + '|' + e.message + '\\n')\n"
+        "sys.stderr.write('alive\\n')\n"
+    )
+    done = _child(code, str(patched))
+    assert done.returncode == 0, done.stderr
+    first, alive = done.stderr.strip().split("\n")
+    assert alive == "alive"
+    assert first.startswith("model_load_failed|") and "ggml-tiny.en.bin" in first
+
+
+# --------------------------------------------------------------------------- text and audio
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("[BLANK_AUDIO]", None),
+        (" [ MUSIC ] ", None),
+        ("(wind blowing)", None),
+        ("♪♪", None),
+        ("🎵 🎶", None),
+        ("...", None),
+        ("*laughs*", None),
+        ("", None),
+        ("  \n ", None),
+        ("[Music] (applause) ♪", None),
+        ("I heard a [beep] sound", "I heard a sound"),
+        ("  Hello,   world.  ", "Hello, world."),
+        ("你好", "你好"),
+        ("42", "42"),
+        ("♪ la la la ♪", "la la la"),
+        ("(speaking in foreign language) Bonjour", "Bonjour"),
+        ("Привет (music)", "Привет"),
+    ],
+)
+def test_usable_text(raw: str, expected: str | None) -> None:
+    assert T.usable_text(raw) == expected
+
+
+def test_condition_leaves_input_untouched_and_bounds_output(jfk: np.ndarray) -> None:
+    original = jfk.copy()
+    out = T.condition(jfk)
+    assert np.array_equal(jfk, original)
+    assert out.dtype == np.float32 and out.flags["C_CONTIGUOUS"] and out.shape == jfk.shape
+    assert float(np.max(np.abs(out))) <= 1.0
+    assert abs(float(np.max(np.abs(out))) - 0.9) < 0.01
+    floats = (jfk / 32768.0).astype(np.float32)
+    kept = floats.copy()
+    T.condition(floats)
+    assert np.array_equal(floats, kept)
+
+
+def test_condition_removes_dc_and_rumble_keeps_voice_band() -> None:
+    t = np.arange(16000 * 2) / 16000
+    rumble = 0.5 * np.sin(2 * np.pi * 20 * t)
+    voice = 0.1 * np.sin(2 * np.pi * 1000 * t)
+    out = T.condition(0.3 + rumble + voice)
+    mid = out[4000:-4000]  # away from the edges
+    spectrum = np.abs(np.fft.rfft(mid))
+    freqs = np.fft.rfftfreq(mid.size, 1 / 16000)
+    at = lambda f: spectrum[np.argmin(np.abs(freqs - f))]  # noqa: E731
+    # the input had 20 Hz 5x louder than 1 kHz; a 2nd-order 80 Hz high-pass cuts 20 Hz ~16x
+    assert at(20) < 0.5 * at(1000)
+    assert abs(float(np.mean(out))) < 0.01
+
+
+def test_condition_does_not_blow_up_silence_or_hiss() -> None:
+    assert not np.any(T.condition(np.zeros(16000, np.int16)))
+    hiss = np.random.default_rng(0).normal(0, 1e-4, 16000).astype(np.float32)
+    assert float(np.max(np.abs(T.condition(hiss)))) <= 20 * float(np.max(np.abs(hiss))) * 1.5
+    assert T.condition(np.zeros(0, np.float32)).size == 0
+
+
+def test_condition_scales_int16_and_is_fast(jfk: np.ndarray) -> None:
+    thirty_s = np.resize(jfk, 16000 * 30)
+    start = time.perf_counter()
+    out = T.condition(thirty_s)
+    took = time.perf_counter() - start
+    sys.stderr.write(f"\ncondition(30 s): {took * 1000:.1f} ms\n")
+    assert out.dtype == np.float32 and float(np.max(np.abs(out))) <= 1.0
+    assert took < 1.0  # ~10 ms here; generous for a loaded machine
+
+
+def test_module_import_is_light() -> None:
+    done = _child("import sys, mcp_listen.transcriber; sys.stderr.write(str('numpy' in sys.modules))")
+    assert done.returncode == 0 and done.stderr == "False"
