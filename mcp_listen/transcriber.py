@@ -11,12 +11,14 @@ pywhispercpp and numpy are imported on first use: importing this module costs no
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
 import re
 import struct
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -416,6 +418,9 @@ def audio_ctx_for(n_samples: int) -> int:
 
 
 _log_capture_lock = threading.Lock()
+_exiting = threading.Event()
+_instances: weakref.WeakSet[Transcriber] = weakref.WeakSet()
+_exit_hook_installed = False
 
 
 @contextmanager
@@ -456,6 +461,7 @@ class Transcriber:
         self._key: tuple[str, int, int] | None = None
         self._path: Path | None = None
         self._multilingual = False
+        _instances.add(self)
 
     @property
     def loaded_path(self) -> Path | None:
@@ -493,9 +499,7 @@ class Transcriber:
     def _run(self, audio: np.ndarray, language: str) -> str:
         import _pywhispercpp as pw
 
-        lang = (language or "en").strip().lower()
-        if lang == "auto" and not self._multilingual:
-            lang = "en"
+        lang = _language(pw, language, self._multilingual)
         params = dict(
             language=lang,
             translate=False,
@@ -511,7 +515,7 @@ class Transcriber:
         )
         try:
             with _whisper_log(pw) as lines:
-                segments = self._model.transcribe(audio, **params)
+                segments = self._model.transcribe(audio, abort_callback=_exiting.is_set, **params)
         except Exception as exc:
             raise TranscriptionError(
                 f"Transcription failed: {type(exc).__name__}: {exc}", code="transcription_failed"
@@ -520,6 +524,21 @@ class Transcriber:
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
         return " ".join(s.text.strip() for s in segments if s.text.strip())
+
+
+def _language(pw: Any, language: str | None, multilingual: bool) -> str:
+    """whisper's code for `language`: "en-US" -> "en"; "auto" means "en" on an English-only model."""
+    lang = re.split(r"[-_]", (language or "en").strip().lower(), maxsplit=1)[0] or "en"
+    if lang == "auto":
+        return "auto" if multilingual else "en"
+    with _whisper_log(pw):
+        known = pw.whisper_lang_id(lang) >= 0
+    if not known:
+        raise TranscriptionError(
+            f'whisper does not know the language "{language}". Use a code such as en, de, fr, or auto.',
+            code="unsupported_language",
+        )
+    return lang
 
 
 def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
@@ -555,5 +574,34 @@ def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
             f"mcp-listen models pull {_short_name(path.name)}",
             code="model_load_failed",
         )
+    _install_exit_hook()
     log.info("whisper model %s loaded (%d threads)", path.name, threads)
     return model, bool(pw.whisper_is_multilingual(model._ctx))
+
+
+def _install_exit_hook() -> None:
+    global _exit_hook_installed
+    if not _exit_hook_installed:
+        _exit_hook_installed = True
+        atexit.register(_quiesce_at_exit)
+
+
+def _quiesce_at_exit() -> None:
+    """Stop whisper.cpp before the interpreter tears down.
+
+    Measured: a process exiting while a daemon thread is inside whisper_full segfaults
+    (pywhispercpp frees the model under it), and one exiting while our log callback is set
+    aborts. So at exit: abort the running transcription (whisper.cpp polls the abort callback),
+    wait briefly for it or a load to finish, keep the lock so nothing new starts, free the
+    model, and remove the log callback.
+    """
+    _exiting.set()
+    for tr in list(_instances):
+        if tr._lock.acquire(timeout=10):  # never released: the process is ending
+            tr._model = None
+    try:
+        import _pywhispercpp as pw
+
+        pw.whisper_log_set(None)
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass

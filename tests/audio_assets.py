@@ -106,7 +106,8 @@ def _run(cmd: list[str]) -> None:
         raise AssetError(f"{cmd[0]} is not installed. {INSTALL_HINT}")
     done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     if done.returncode != 0:
-        raise AssetError(f"{cmd[0]} failed ({done.returncode}): {done.stderr.decode(errors='replace')}")
+        message = done.stderr.decode(errors="replace")
+        raise AssetError(f"{cmd[0]} failed ({done.returncode}): {message}")
 
 
 def speech(text: str, *, path: str | Path | None = None, voice: str = "en-us") -> Path:
@@ -123,7 +124,8 @@ def speech(text: str, *, path: str | Path | None = None, voice: str = "en-us") -
         _run(["espeak-ng", "-v", voice, "-w", str(raw), text])
         out = _temp_beside(target)
         # -D: no dither, so the same text always gives the same bytes.
-        _run(["sox", "-D", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "wav", str(out)])
+        _run(["sox", "-D", str(raw), "-r", str(RATE), "-c", "1", "-b", "16",
+              "-e", "signed-integer", "-t", "wav", str(out)])  # fmt: skip
         return _publish(out, target)
 
 
@@ -213,7 +215,9 @@ def _window_mean_abs(samples: np.ndarray, window: int) -> np.ndarray:
     return np.convolve(x, kernel, mode="same")
 
 
-def last_loud_sample(samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0) -> int:
+def last_loud_sample(
+    samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0
+) -> int:
     """Index of the last sample whose 10 ms envelope is above ``threshold`` × the envelope's
     peak: where speech really ends, for measuring stop-on-silence latency.
 
@@ -228,7 +232,9 @@ def last_loud_sample(samples: np.ndarray, threshold: float = 0.1, *, window_ms: 
     return int(loud[-1])
 
 
-def first_loud_sample(samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0) -> int:
+def first_loud_sample(
+    samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0
+) -> int:
     """Index of the first sample whose 10 ms envelope is above ``threshold`` × its peak."""
     import numpy as np
 

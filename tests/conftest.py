@@ -31,7 +31,8 @@ def vmic() -> Iterator[VirtualMic]:
     """
     missing = missing_tools()
     if missing:
-        pytest.fail(f"virtual microphone unavailable, missing: {', '.join(missing)}. {INSTALL_HINT}")
+        names = ", ".join(missing)
+        pytest.fail(f"virtual microphone unavailable, missing: {names}. {INSTALL_HINT}")
     mic = VirtualMic()
     try:
         mic.start()

@@ -100,6 +100,14 @@ def test_auto_language_on_english_model(loaded: T.Transcriber, model_path: Path,
     assert _words(raw)[:4] == ["and", "so", "my", "fellow"]
 
 
+def test_language_codes(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
+    raw = loaded.transcribe(T.condition(jfk[: 16000 * 3]), path=model_path, language="en-US")
+    assert _words(raw)[:4] == ["and", "so", "my", "fellow"]
+    with pytest.raises(TranscriptionError) as err:
+        loaded.transcribe(T.condition(jfk[:16000]), path=model_path, language="xx")
+    assert err.value.code == "unsupported_language"
+
+
 def test_audio_ctx_timing(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray, monkeypatch) -> None:
     """Prints (does not assert) how much the shrunk encoder window saves; transcripts must match."""
     audio = T.condition(jfk)

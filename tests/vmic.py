@@ -262,7 +262,8 @@ class VirtualMic:
         if block:
             _, err = proc.communicate(timeout=120)
             if proc.returncode != 0:
-                raise VirtualMicError(f"paplay failed ({proc.returncode}): {err.decode(errors='replace')}")
+                message = err.decode(errors="replace")
+                raise VirtualMicError(f"paplay failed ({proc.returncode}): {message}")
         return proc
 
     def play_samples(
@@ -300,7 +301,8 @@ class VirtualMic:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("PULSE_", "DBUS_", "ALSA_")) and k not in ("DISPLAY", "WAYLAND_DISPLAY")
+            if not k.startswith(("PULSE_", "DBUS_", "ALSA_"))
+            and k not in ("DISPLAY", "WAYLAND_DISPLAY")
         }
         env.update(
             HOME=str(self.workdir / "home"),
@@ -377,7 +379,10 @@ def _make_workdir() -> Path:
 
 
 def _die_with_parent() -> None:
-    """Child-side: ask Linux to SIGTERM the daemon when the test process dies (even SIGKILL)."""
+    """Child-side: ask Linux to SIGTERM the daemon when the test process dies (even SIGKILL).
+
+    Linux ties this to the THREAD that started the daemon: start() from the main thread (as
+    the fixtures do), or the daemon dies when a short-lived worker thread exits."""
     try:
         import ctypes
 
