@@ -9,7 +9,7 @@ from typing import Any
 from mcp_listen import contracts
 from mcp_listen.cli import print_json, tool_args
 from mcp_listen.config import Settings
-from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError
 from mcp_listen.pipeline import Engine
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
@@ -73,7 +73,14 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     from mcp_listen import model_store
 
     if opts.models_command == "pull":
+        from mcp_listen.transcriber import validate_model_file
+
         path = model_store.pull(opts.name, settings)
+        try:
+            validate_model_file(path)  # the full GGML walk: catches what a hash table cannot list
+        except ListenError:
+            path.unlink(missing_ok=True)
+            raise
         print(path)
         return EXIT_OK
     found = model_store.list_models(settings)

@@ -50,7 +50,9 @@ def ask(
     finally:
         worker.abandon()
     if not reply:
-        raise LLMError(f'Model "{model}" returned an empty response. Try again or use another model.', code="empty_response")
+        raise LLMError(
+            f'Model "{model}" returned an empty response. Try again or use another model.', code="empty_response"
+        )
     return reply
 
 

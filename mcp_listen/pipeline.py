@@ -86,10 +86,26 @@ class Heard:
     recording: Recording
     speech_detected: bool | None
     speech_end_frame: int | None
+    """Sample just after the last speech window (None without VAD)."""
+    phrase_start_frame: int = 0
+    """Where the speech not yet handed to the phrase worker begins."""
 
     @property
     def duration_ms(self) -> int:
         return len(self.recording.samples) * 1000 // SAMPLE_RATE
+
+    def remaining_speech(self) -> "np.ndarray | None":
+        """The audio whisper still has to hear: from the last phrase cut to shortly after the speech.
+
+        Trailing silence is left out (it only costs time); the WAV itself is never changed.
+        """
+        samples = self.recording.samples
+        end = len(samples)
+        if self.speech_end_frame is not None:
+            end = min(end, self.speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000)
+        if end <= self.phrase_start_frame:
+            return None
+        return samples[self.phrase_start_frame : end]
 
 
 class Engine:
@@ -167,11 +183,12 @@ class Engine:
         stop: threading.Event | None,
         progress: Progress | None,
         meter: Callable[[Any, bool], None] | None = None,
+        phrases: Any = None,
     ) -> Heard:
         """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end."""
         device = devices.resolve(plan.device)
         stop = _linked(stop, self.shutdown)
-        tracker = _Tracker(plan, progress, meter)
+        tracker = _Tracker(plan, progress, meter, phrases)
         if progress:
             progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
         recording = self.recorder.record(
@@ -182,7 +199,7 @@ class Engine:
             on_start=lambda: setattr(claim, "device", device.name),
         )
         tracker.finished(recording)
-        return Heard(recording, tracker.speech_detected, tracker.speech_end_frame)
+        return Heard(recording, tracker.speech_detected, tracker.speech_end_frame, tracker.phrase_start_frame)
 
     # ------------------------------------------------------------------ transcription
 
@@ -215,23 +232,33 @@ class Engine:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
     ) -> tuple[Heard, str | None, Plan]:
-        """Record and transcribe; the text is None when nobody spoke or no usable words came out."""
+        """Record and transcribe; the text is None when nobody spoke or no usable words came out.
+
+        While stopping on silence, finished phrases are transcribed during the recording
+        (phrases.py), so only the last one is left when the speaker stops.
+        """
+        from mcp_listen.phrases import PhraseWorker
         from mcp_listen.transcriber import usable_text
 
         plan = Plan.from_args(args, stop_default=True)
         model_path = self.resolve_whisper_model(args.whisper_model)
+        language = args.language or "en"
+        worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language))
         claim = self.recorder.claim(tool)
         try:
             self._preload(model_path)
-            heard = self._listen(plan, claim, stop, progress)
+            heard = self._listen(plan, claim, stop, progress, phrases=worker if plan.stop_on_silence else None)
+        except BaseException:
+            worker.abandon()
+            raise
         finally:
             self.recorder.release(claim)
         if plan.stop_on_silence and not heard.speech_detected:
+            worker.abandon()
             return heard, None, plan
         if progress:
             progress(heard.duration_ms + 1, None, "Transcribing")
-        audio = _speech_part(heard)
-        raw = self.transcribe_samples(audio, model_path, args.language or "en")
+        raw = worker.finish(heard.remaining_speech())
         return heard, usable_text(raw), plan
 
     def _preload(self, model_path: Path) -> None:
@@ -299,15 +326,6 @@ def _explain_silence(result: Any, heard: Heard, plan: Plan) -> None:
         result.message = NO_WORDS_MESSAGE
 
 
-def _speech_part(heard: Heard) -> "np.ndarray":
-    """The recording up to shortly after the last speech: whisper needs no trailing silence."""
-    samples = heard.recording.samples
-    if heard.speech_end_frame is None:
-        return samples
-    end = heard.speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000
-    return samples[: min(len(samples), end)]
-
-
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
     """Background preload: a failure here is reported by the real call, which retries the load."""
     try:
@@ -341,13 +359,30 @@ class _Tracker:
     PERIOD_WINDOWS = 31
     """About one progress tick per second of audio (31 x 32 ms)."""
 
-    def __init__(self, plan: Plan, progress: Progress | None, meter: Callable[[Any, bool], None] | None) -> None:
+    PRE_ROLL_WINDOWS = 31
+    """Audio kept before confirmed speech (about 1 s): soft first syllables come before the onset."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        progress: Progress | None,
+        meter: Callable[[Any, bool], None] | None,
+        phrases: Any = None,
+    ) -> None:
         self.plan = plan
         self.progress = progress
         self.meter = meter
+        self.phrases = phrases
         self.windows = 0
         self.speech_detected: bool | None = None
         self.speech_end_frame: int | None = None
+        self.phrase_start_frame = 0
+        self._kept: list[Any] = []
+        self._cutter: Any = None
+        if phrases is not None:
+            from mcp_listen.phrases import PhraseCutter
+
+            self._cutter = PhraseCutter()
         self.vad: Any = None
         self.endpointer: Any = None
         if plan.stop_on_silence:
@@ -372,6 +407,8 @@ class _Tracker:
             reason = self.endpointer.feed(probability)
             speaking = self.endpointer.speech_detected and probability >= 0.5
             self._note_events()
+            if self._cutter is not None:
+                self._keep(window)
         if self.meter is not None:
             self.meter(window, speaking)
         if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
@@ -386,6 +423,10 @@ class _Tracker:
         event = self.endpointer.event
         if event == "speech_start":
             self.speech_detected = True
+            start = max(0, self.endpointer.speech_started_window - self.PRE_ROLL_WINDOWS)
+            self.phrase_start_frame = start * WINDOW
+            if self._cutter is not None:
+                self._cutter.start_window = start
             if self.progress:
                 self.progress(self.elapsed_ms, self.plan.max_ms, "Speech detected")
         elif event == "silence_start" and self.progress:
@@ -393,6 +434,18 @@ class _Tracker:
         last = self.endpointer.last_speech_window
         if last is not None:
             self.speech_end_frame = (last + 1) * WINDOW
+
+    def _keep(self, window: "np.ndarray") -> None:
+        """Keep the audio for phrase cuts; hand each finished phrase to the worker."""
+        self._kept.append(window.copy())
+        silence_windows = round(self.endpointer.silence_ms / self.endpointer.config.window_ms)
+        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, silence_windows)
+        if cut is not None:
+            import numpy as np
+
+            start, end = cut
+            self.phrases.submit(np.concatenate(self._kept[start:end]))
+            self.phrase_start_frame = end * WINDOW
 
     def finished(self, recording: Recording) -> None:
         if self.progress:

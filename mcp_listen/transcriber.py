@@ -4,7 +4,9 @@ whisper.cpp does not fail cleanly on a bad file: a truncated or foreign file loa
 context and the first transcription segfaults the whole server. So `validate_model_file` walks
 the GGML file the way whisper.cpp's loader does (header, mel filters, vocabulary, every tensor's
 name, shape and data size) with seeks only, before pywhispercpp ever sees it; and while loading
-we listen to whisper.cpp's own log for "failed to load model" as a second guard.
+we listen to whisper.cpp's own log for "failed to load model" as a second guard. At exit an
+atexit hook aborts a running transcription and waits for it: pywhispercpp segfaults if the
+interpreter tears down while a thread is inside whisper.cpp.
 
 pywhispercpp and numpy are imported on first use: importing this module costs nothing.
 """
@@ -17,6 +19,7 @@ import math
 import os
 import re
 import struct
+import sys
 import threading
 import weakref
 from contextlib import contextmanager
@@ -462,6 +465,7 @@ class Transcriber:
         self._path: Path | None = None
         self._multilingual = False
         _instances.add(self)
+        _install_exit_hook()
 
     @property
     def loaded_path(self) -> Path | None:
@@ -574,7 +578,6 @@ def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
             f"mcp-listen models pull {_short_name(path.name)}",
             code="model_load_failed",
         )
-    _install_exit_hook()
     log.info("whisper model %s loaded (%d threads)", path.name, threads)
     return model, bool(pw.whisper_is_multilingual(model._ctx))
 
@@ -599,9 +602,6 @@ def _quiesce_at_exit() -> None:
     for tr in list(_instances):
         if tr._lock.acquire(timeout=10):  # never released: the process is ending
             tr._model = None
-    try:
-        import _pywhispercpp as pw
-
+    pw = sys.modules.get("_pywhispercpp")
+    if pw is not None and hasattr(pw, "whisper_log_set"):
         pw.whisper_log_set(None)
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass

@@ -185,6 +185,28 @@ def test_nothing_reaches_stdout_or_stderr(model_path: Path) -> None:
     assert done.stderr == ""
 
 
+@pytest.mark.parametrize("phase", ["load", "transcribe"])
+def test_exit_while_whisper_runs_in_a_thread_is_clean(model_path: Path, phase: str) -> None:
+    """Without the atexit guard these exits segfault (transcribe) or abort (load) about half the time."""
+    code = (
+        "import sys, threading, time, numpy as np\n"
+        "from mcp_listen.transcriber import Transcriber\n"
+        "t = Transcriber(2)\n"
+        "noise = np.random.default_rng(0).normal(0, 0.1, 16000 * 5).astype(np.float32)\n"
+        "def work():\n"
+        "    try:\n"
+        "        t.load(sys.argv[1])\n"
+        "        for _ in range(5): t.transcribe(noise, path=sys.argv[1])\n"
+        "    except Exception: pass\n"
+        "if sys.argv[2] == 'transcribe': t.load(sys.argv[1])\n"
+        "threading.Thread(target=work, daemon=True).start()\n"
+        "time.sleep(float(sys.argv[3]))\n"
+    )
+    for delay in ("0.05", "0.1", "0.15", "0.3"):
+        done = _child(code, str(model_path), phase, delay)
+        assert done.returncode == 0, (delay, done.returncode, done.stderr[-500:])
+
+
 # --------------------------------------------------------------------------- model resolution
 
 
