@@ -32,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mcp-listen", description="Give AI agents ears: a local MCP server for the microphone.")
-    parser.add_argument("--version", action="version", version=f"mcp-listen {__version__}")
+    parser.add_argument("--version", action="version", version=f"mcp-listen {package_version()}")
     parser.add_argument("--log-level", help="stderr log level (DEBUG, INFO, WARNING, ERROR); env MCP_LISTEN_LOG_LEVEL")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.add_parser("serve", help="serve MCP over stdio (the default)")
@@ -60,7 +60,32 @@ def build_parser() -> argparse.ArgumentParser:
     pull = models_sub.add_parser("pull", help="download a whisper model, e.g. base.en")
     pull.add_argument("name")
     models.add_argument("--json", action="store_true")
+    _doctor_and_config(sub)
     return parser
+
+
+def _doctor_and_config(sub: Any) -> None:
+    from mcp_listen.client_config import CLIENTS, RUNNERS
+
+    doctor = sub.add_parser("doctor", help="check microphone, models and Ollama, and say how to fix what is missing")
+    doctor.add_argument("--device", help="check this device id or index instead of the default input")
+    doctor.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
+    doctor.add_argument("--model", help="Ollama model (default llama3.2)")
+    doctor.add_argument("--json", action="store_true", help="print a machine-readable report")
+    config = sub.add_parser("config", help="print the MCP configuration for a client")
+    config.add_argument("client", choices=list(CLIENTS), metavar="CLIENT", help=", ".join(CLIENTS))
+    config.add_argument("--runner", choices=RUNNERS, default="pipx", help="how the client starts mcp-listen (default pipx)")
+    config.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable for the server")
+
+
+def package_version() -> str:
+    """The installed distribution's version (what pip, pipx or uvx installed), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp-listen")
+    except PackageNotFoundError:
+        return __version__
 
 
 def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:

@@ -142,3 +142,38 @@ class _Meter:
     def close(self) -> None:
         sys.stderr.write("\r\033[K")
         sys.stderr.flush()
+
+
+def doctor(opts: argparse.Namespace, settings: Settings) -> int:
+    """Check what voice_query needs; exit 69 when something it needs is missing."""
+    from mcp_listen import doctor as checks
+    from mcp_listen.cli import package_version
+
+    device = tool_args(opts, ("device",)).get("device")
+    report = checks.run(settings, device=device, whisper_model=opts.whisper_model, model=opts.model)
+    report = {"version": package_version(), **report}
+    if opts.json:
+        print_json(report)
+    else:
+        print(checks.format_report(report, unicode=_can_print("✓✗→"), version=report["version"]))
+    return EXIT_OK if report["ok"] else EXIT_UNAVAILABLE
+
+
+def config(opts: argparse.Namespace, settings: Settings) -> int:
+    """Print the client's snippet on stdout (pipe-able), where it goes on stderr."""
+    from mcp_listen import client_config
+
+    env = client_config.parse_env(opts.env)
+    snippet = client_config.render(opts.client, opts.runner, env)
+    print(snippet.text)
+    print(snippet.where, file=sys.stderr)
+    return EXIT_OK
+
+
+def _can_print(text: str) -> bool:
+    """False when stdout's encoding (a Windows code page, a C locale) cannot show `text`."""
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

@@ -1,10 +1,16 @@
-"""Serving over stdio with a clean shutdown.
+"""Serving over stdio with a clean shutdown and a bounded inbound line size.
 
 stdin closing ends the server with exit 0. SIGINT or SIGTERM stop every
 recording in flight (the microphone is released, nothing is left on disk) and
 exit within 2 s with 130 or 143; a second signal exits at once. A stuck native
 call (a whisper.cpp transcription cannot be interrupted) never holds the
 process: after the grace period it exits anyway.
+
+The MCP SDK reads stdin a whole line at a time with no size limit, so one huge
+line costs several times its size in memory (measured: a 64 MiB line raised the
+peak RSS by 226 MB). `BoundedLines` reads the wire instead: a line longer than
+MAX_LINE_BYTES is read through in small pieces and dropped with a warning (no
+reply, as for any line that is not JSON-RPC), and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, BinaryIO
 
 from mcp_listen.config import Settings
 
 log = logging.getLogger(__name__)
 
 GRACE_S = 1.5
+MAX_LINE_BYTES = 1 << 20
+"""Largest inbound JSON-RPC message accepted (1 MiB); the largest valid request is under 100 KB."""
+_READ_PIECE = 1 << 16
 
 
 def serve(settings: Settings) -> int:
@@ -37,12 +46,83 @@ def serve(settings: Settings) -> int:
     engine = Engine(settings)
     threading.Thread(target=_sweep, args=(settings,), name="mcp-listen-sweep", daemon=True).start()
     _install_signal_handlers(engine)
+    stdin = BoundedLines(claim_stdin())
     try:
-        anyio.run(serve_stdio, engine)
+        anyio.run(serve_stdio, engine, stdin)
     except KeyboardInterrupt:
         _exit_after_cleanup(engine, 128 + signal.SIGINT)
     _exit_after_cleanup(engine, 0)
     return 0
+
+
+def claim_stdin() -> BinaryIO:
+    """The wire as a private duplicate of fd 0; fd 0 itself then reads /dev/null.
+
+    The SDK does the same for the streams it opens itself: nothing else in the
+    process (a library, a child process) can ever consume the client's bytes.
+    """
+    try:
+        wire = os.dup(0)
+    except OSError:
+        return sys.stdin.buffer
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    except OSError as exc:  # still readable through `wire`; only the isolation is lost
+        log.debug("could not point fd 0 at %s: %s", os.devnull, exc.strerror)
+    return os.fdopen(wire, "rb", buffering=_READ_PIECE)
+
+
+class BoundedLines:
+    """stdin as an async iterator of text lines, none longer than `limit` bytes.
+
+    Quacks like the `anyio.AsyncFile` that `mcp.server.stdio.stdio_server` iterates.
+    Memory for a line is bounded by `limit` whatever the client sends.
+    """
+
+    def __init__(self, raw: BinaryIO, limit: int = MAX_LINE_BYTES) -> None:
+        self._raw = raw
+        self.limit = limit
+        self.dropped = 0
+
+    def __aiter__(self) -> "BoundedLines":
+        return self
+
+    async def __anext__(self) -> str:
+        import anyio.to_thread
+
+        line = await anyio.to_thread.run_sync(self.read_line)
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+    def read_line(self) -> str | None:
+        """The next line of at most `limit` bytes (blocking); None at end of input."""
+        while True:
+            line = self._raw.readline(self.limit + 1)
+            if not line:
+                return None
+            if len(line) <= self.limit:
+                return line.decode("utf-8", errors="replace")
+            if not self._discard_rest(line):
+                return None
+
+    def _discard_rest(self, head: bytes) -> bool:
+        """Read the oversized line to its end without keeping it; False if input ended first."""
+        size = len(head)
+        ended = head.endswith(b"\n")
+        while not ended:
+            piece = self._raw.readline(_READ_PIECE)
+            if not piece:
+                break
+            size += len(piece)
+            ended = piece.endswith(b"\n")
+        self.dropped += 1
+        log.warning(
+            "dropped an inbound message of %d bytes: the limit is %d bytes (no reply is sent)", size, self.limit
+        )
+        return ended
 
 
 def _sweep(settings: Settings) -> None:

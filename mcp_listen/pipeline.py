@@ -184,11 +184,16 @@ class Engine:
         progress: Progress | None,
         meter: Callable[[Any, bool], None] | None = None,
         phrases: Any = None,
+        on_speech: Callable[[], None] | None = None,
     ) -> Heard:
-        """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end."""
+        """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end.
+
+        `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
+        model loads while the user talks, and never when nobody speaks).
+        """
         device = devices.resolve(plan.device)
         stop = _linked(stop, self.shutdown)
-        tracker = _Tracker(plan, progress, meter, phrases)
+        tracker = _Tracker(plan, progress, meter, phrases, on_speech)
         if progress:
             progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
         recording = self.recorder.record(
@@ -234,8 +239,8 @@ class Engine:
     ) -> tuple[Heard, str | None, Plan]:
         """Record and transcribe; the text is None when nobody spoke or no usable words came out.
 
-        While stopping on silence, finished phrases are transcribed during the recording
-        (phrases.py), so only the last one is left when the speaker stops.
+        Finished phrases are transcribed during the recording (phrases.py), so only the
+        last one is left when the speaker stops; whisper loads once speech is heard.
         """
         from mcp_listen.phrases import PhraseWorker
         from mcp_listen.transcriber import usable_text
@@ -243,17 +248,17 @@ class Engine:
         plan = Plan.from_args(args, stop_default=True)
         model_path = self.resolve_whisper_model(args.whisper_model)
         language = args.language or "en"
-        worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language))
         claim = self.recorder.claim(tool)
+        worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language))
+        preload = lambda: self._preload(model_path)  # noqa: E731
         try:
-            self._preload(model_path)
-            heard = self._listen(plan, claim, stop, progress, phrases=worker if plan.stop_on_silence else None)
+            heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=preload)
         except BaseException:
             worker.abandon()
             raise
         finally:
             self.recorder.release(claim)
-        if plan.stop_on_silence and not heard.speech_detected:
+        if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
             worker.abandon()
             return heard, None, plan
         if progress:
@@ -262,7 +267,7 @@ class Engine:
         return heard, usable_text(raw), plan
 
     def _preload(self, model_path: Path) -> None:
-        """Load the whisper model while the user is still talking, not after."""
+        """Load the whisper model in the background while the user is still talking, not after."""
         transcriber = self.transcriber()
         threading.Thread(target=_quietly, args=(transcriber.load, model_path), daemon=True).start()
 
@@ -290,7 +295,6 @@ class Engine:
         heard, text, plan = self.hear_words(args, "voice_query", stop=stop, progress=progress)
         if text is None:
             result = VoiceQueryResult(transcription=None, response=None)
-            result.stopped_by = heard.recording.stopped_by
             _explain_silence(result, heard, plan)
             return result.public()
         model = args.model or DEFAULT_LLM_MODEL
@@ -318,12 +322,15 @@ class Engine:
 
 
 def _explain_silence(result: Any, heard: Heard, plan: Plan) -> None:
-    """The two no-words outcomes differ only in speech_detected: the caller branches on it."""
+    """The two no-words outcomes differ only in speech_detected: the caller branches on it.
+
+    With a fixed length the contract leaves speech_detected and stopped_by out (as the Node
+    edition does); the message still says what the VAD heard.
+    """
     if plan.stop_on_silence:
         result.speech_detected = bool(heard.speech_detected)
-        result.message = NO_WORDS_MESSAGE if heard.speech_detected else NO_SPEECH_MESSAGE
-    else:
-        result.message = NO_WORDS_MESSAGE
+        result.stopped_by = heard.recording.stopped_by
+    result.message = NO_WORDS_MESSAGE if heard.speech_detected else NO_SPEECH_MESSAGE
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
@@ -368,8 +375,10 @@ class _Tracker:
         progress: Progress | None,
         meter: Callable[[Any, bool], None] | None,
         phrases: Any = None,
+        on_speech: Callable[[], None] | None = None,
     ) -> None:
         self.plan = plan
+        self.on_speech = on_speech
         self.progress = progress
         self.meter = meter
         self.phrases = phrases
@@ -385,18 +394,24 @@ class _Tracker:
             self._cutter = PhraseCutter()
         self.vad: Any = None
         self.endpointer: Any = None
-        if plan.stop_on_silence:
-            from mcp_listen.endpoint import EndpointConfig, Endpointer
+        if plan.stop_on_silence or phrases is not None:
+            from mcp_listen.endpoint import Endpointer
             from mcp_listen.vad import shared_vad
 
             self.vad = shared_vad()
             self.vad.reset()
-            self.endpointer = Endpointer(
-                EndpointConfig(
-                    silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS
-                )
-            )
+            self.endpointer = Endpointer(self._endpoint_config(plan))
             self.speech_detected = False
+
+    @staticmethod
+    def _endpoint_config(plan: Plan) -> Any:
+        """Stop on silence, or (fixed length, voice tools) only watch for speech and never stop."""
+        from mcp_listen.endpoint import EndpointConfig
+
+        if plan.stop_on_silence:
+            return EndpointConfig(silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS)
+        never = 10**9
+        return EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never)
 
     def on_window(self, window: "np.ndarray") -> str | None:
         self.windows += 1
@@ -427,6 +442,8 @@ class _Tracker:
             self.phrase_start_frame = start * WINDOW
             if self._cutter is not None:
                 self._cutter.start_window = start
+            if self.on_speech is not None:
+                self.on_speech()
             if self.progress:
                 self.progress(self.elapsed_ms, self.plan.max_ms, "Speech detected")
         elif event == "silence_start" and self.progress:

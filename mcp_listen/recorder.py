@@ -25,9 +25,13 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 WINDOW = 512
-FIRST_BLOCK_TIMEOUT_S = 3.0
+FIRST_BLOCK_TIMEOUT_S = 2.5
+"""Patience for the first block (devices start in ~40 ms; Bluetooth can take a second or two).
+Kept under 3 s so a device lost at any moment of a recording ends the call within 3 s."""
 STALL_TIMEOUT_S = 2.0
+"""Patience between blocks once audio flows; longer means the device or sound server is gone."""
 PA_INVALID_SAMPLE_RATE = -9997
+OPEN_HINT = "Check that it is connected and not held by another program, call list_audio_devices, then try again."
 
 WindowHandler = Callable[["np.ndarray"], Optional[str]]
 
@@ -114,13 +118,13 @@ def _open_stream(device_index: int, blocks: queue.SimpleQueue) -> tuple[Any, Any
         return _input_stream(sd, device_index, SAMPLE_RATE, callback), None
     except sd.PortAudioError as exc:
         if not _is_rate_error(exc):
-            raise CaptureError(f"Could not open the microphone: {exc}") from None
+            raise CaptureError(f"Could not open the microphone: {exc}. {OPEN_HINT}") from None
     rate = int(sd.query_devices(device_index)["default_samplerate"])
     log.info("device cannot record at 16 kHz; recording at %d Hz and resampling", rate)
     try:
         stream = _input_stream(sd, device_index, rate, callback)
     except sd.PortAudioError as exc:
-        raise CaptureError(f"Could not open the microphone: {exc}") from None
+        raise CaptureError(f"Could not open the microphone: {exc}. {OPEN_HINT}") from None
     import soxr
 
     return stream, soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16", quality="HQ")
@@ -182,7 +186,7 @@ def _next_block(blocks: queue.SimpleQueue, stop: threading.Event, last_block: fl
         raise Cancelled("The recording was cancelled.")
     if block is None and time.monotonic() - last_block > patience:
         raise DeviceLost(
-            f"The microphone stopped delivering audio (nothing for {patience:.0f} s): it was unplugged, "
+            f"The microphone stopped delivering audio (nothing for {patience:g} s): it was unplugged, "
             "or the sound server stopped. Reconnect it, then call list_audio_devices and try again.",
         )
     return block

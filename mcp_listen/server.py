@@ -65,7 +65,8 @@ class Call:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.stop = threading.Event()
-        self.wants_progress = bool(ctx.meta and getattr(ctx.meta, "progress_token", None) is not None)
+        meta = ctx.meta or {}
+        self.wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
 
     def progress(self, done: float, total: float | None, message: str) -> None:
         """Called from the worker thread; sends a notifications/progress when the client asked."""
@@ -231,7 +232,7 @@ def build_server(engine: Engine) -> Server:
 
     return Server(
         "mcp-listen",
-        version=__version__,
+        version=_package_version(),
         title="mcp-listen",
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
@@ -239,9 +240,20 @@ def build_server(engine: Engine) -> Server:
     )
 
 
-async def serve_stdio(engine: Engine) -> None:
+def _package_version() -> str:
+    """serverInfo.version: the installed distribution's version, else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp-listen")
+    except PackageNotFoundError:
+        return __version__
+
+
+async def serve_stdio(engine: Engine, stdin: Any = None) -> None:
+    """Serve over stdio; `stdin` (async iterable of lines) replaces the SDK's unbounded line reader."""
     from mcp.server.stdio import stdio_server
 
     server = build_server(engine)
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

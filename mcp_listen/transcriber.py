@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 GGML_MAGIC = b"lmgg"  # uint32 0x67676d6c written little-endian
+WHISPER_MIN_SAMPLES = SAMPLE_RATE * 11 // 10  # whisper.cpp skips input under 1 s (100 mel frames)
 MIN_SAMPLES = SAMPLE_RATE // 8  # whisper.cpp refuses < 100 ms and keeps stale segments; no word is shorter
 PEAK_TARGET = 0.9
 MAX_GAIN = 20.0
@@ -498,7 +499,7 @@ class Transcriber:
             self.load(path)
             if audio.size < MIN_SAMPLES:  # pywhispercpp would return the previous call's segments
                 return ""
-            return self._run(audio, language)
+            return self._run(_pad_to_whisper_minimum(audio), language)
 
     def _run(self, audio: np.ndarray, language: str) -> str:
         import _pywhispercpp as pw
@@ -528,6 +529,20 @@ class Transcriber:
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
         return " ".join(s.text.strip() for s in segments if s.text.strip())
+
+
+def _pad_to_whisper_minimum(audio: np.ndarray) -> np.ndarray:
+    """Pad with silence to whisper.cpp's 1 s minimum.
+
+    Shorter input makes whisper_full return early with no new segments, and pywhispercpp
+    then hands back the *previous* call's text: a short last phrase would repeat the one
+    before it. Whisper pads to 30 s internally anyway, so trailing zeros change nothing else.
+    """
+    import numpy as np
+
+    if audio.size >= WHISPER_MIN_SAMPLES:
+        return audio
+    return np.concatenate([audio, np.zeros(WHISPER_MIN_SAMPLES - audio.size, dtype=np.float32)])
 
 
 def _language(pw: Any, language: str | None, multilingual: bool) -> str:

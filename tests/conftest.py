@@ -6,11 +6,18 @@ Helper modules live beside this file and are imported by their plain names (``im
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 import audio_assets
+
+if TYPE_CHECKING:
+    from fake_ollama import FakeOllama
 from vmic import INSTALL_HINT, VirtualMic, missing_tools, refresh_portaudio
 
 # =============================================================================================
@@ -53,3 +60,37 @@ def assets():
     ``click``, ``concat``, ``read_wav``, ``write_wav``, ``last_loud_sample``, ``xcorr_align``.
     Files are generated once and cached in tests/assets/audio/ (git-ignored)."""
     return audio_assets
+
+
+# =============================================================================================
+# Real whisper model and a real loopback Ollama (tests/fake_ollama.py)
+# =============================================================================================
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """A real tiny.en whisper.cpp model: MCP_LISTEN_TEST_MODEL (CI sets it), else made once."""
+    configured = os.environ.get("MCP_LISTEN_TEST_MODEL")
+    for candidate in filter(None, [configured, "/work/assets/ggml-tiny.en.bin"]):
+        if Path(candidate).is_file():
+            return Path(candidate)
+    target = REPO / "tests" / "assets" / "ggml-tiny.en.bin"
+    tool = SHARED / "tools" / "whisper-test-model"
+    if not target.is_file():
+        if not tool.is_file():
+            pytest.fail(f"No test model: set MCP_LISTEN_TEST_MODEL or provide {tool}")
+        subprocess.run([sys.executable, str(tool), str(target)], check=True, stdout=subprocess.DEVNULL)
+    return target
+
+
+
+@pytest.fixture
+def ollama() -> Iterator["FakeOllama"]:
+    """A real HTTP server on loopback speaking Ollama's API; set `.mode` to inject a failure."""
+    from fake_ollama import FakeOllama
+
+    with FakeOllama() as server:
+        yield server

@@ -37,21 +37,6 @@ def _words(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def model_path() -> Path:
-    configured = os.environ.get("MCP_LISTEN_TEST_MODEL")
-    for candidate in filter(None, [configured, "/work/assets/ggml-tiny.en.bin"]):
-        if Path(candidate).is_file():
-            return Path(candidate)
-    target = REPO / "tests" / "assets" / "ggml-tiny.en.bin"
-    tool = SHARED / "tools" / "whisper-test-model"
-    if not target.is_file():
-        if not tool.is_file():
-            pytest.fail(f"No test model: set MCP_LISTEN_TEST_MODEL or provide {tool}")
-        subprocess.run([sys.executable, str(tool), str(target)], check=True, stdout=subprocess.DEVNULL)
-    return target
-
-
-@pytest.fixture(scope="session")
 def jfk() -> np.ndarray:
     with wave.open(str(JFK_WAV), "rb") as w:
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
@@ -460,3 +445,14 @@ def test_condition_scales_int16_and_is_fast(jfk: np.ndarray) -> None:
 def test_module_import_is_light() -> None:
     done = _child("import sys, mcp_listen.transcriber; sys.stderr.write(str('numpy' in sys.modules))")
     assert done.returncode == 0 and done.stderr == "False"
+
+
+def test_short_input_never_repeats_the_previous_text(model_path, jfk):
+    """whisper.cpp skips input under 1 s and pywhispercpp then returns the previous segments."""
+    transcriber = T.Transcriber(threads=2)
+    first = transcriber.transcribe(T.condition(jfk[: 16000 * 4]), path=model_path)
+    assert "americans" in first.lower()
+    short = transcriber.transcribe(T.condition(np.zeros(16000 * 3 // 10, dtype=np.int16)), path=model_path)
+    assert "americans" not in short.lower()
+    word = transcriber.transcribe(T.condition(jfk[16000 * 2 : 16000 * 2 + 12000]), path=model_path)
+    assert word.strip() and word != first

@@ -1,0 +1,272 @@
+"""`mcp-listen doctor` as a child process against real peers: the virtual microphone, the loopback
+Ollama (tests/fake_ollama.py) and the real tiny.en whisper model — and each failure it must name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pytest
+
+import audio_assets
+from fake_ollama import FakeOllama, refused_url
+from mcp_listen import doctor
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE
+from vmic import env_no_input_devices, env_without_portaudio
+
+ALL_TOOLS = ("list_audio_devices", "capture_audio", "transcribe_voice", "voice_query")
+
+
+@pytest.fixture
+def models_dir(tmp_path: Path, model_path: Path) -> Path:
+    """A WHISPER_MODEL_PATH folder where the default name ggml-base.en.bin is the real tiny.en model."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "ggml-base.en.bin").symlink_to(model_path)
+    return folder
+
+
+def doctor_env(base: Mapping[str, str], tmp_path: Path, **extra: str) -> dict[str, str]:
+    """`base` with a private HOME (so ~/.mcp-listen/models is empty) and the test's settings."""
+    env = {k: v for k, v in base.items() if not k.startswith(("MCP_LISTEN_", "WHISPER_", "OLLAMA_"))}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env.update(HOME=str(home), **extra)
+    return env
+
+
+def run_doctor(env: Mapping[str, str], *args: str, json_out: bool = True) -> tuple[int, Any, str]:
+    cmd = [sys.executable, "-m", "mcp_listen", "doctor", *(["--json"] if json_out else []), *args]
+    done = subprocess.run(cmd, env=dict(env), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    out = json.loads(done.stdout) if json_out else done.stdout
+    return done.returncode, out, done.stderr
+
+
+def checks_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in report["checks"]}
+
+
+def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, models_dir, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+    tone = audio_assets.tone(440, 15000, 0.5)  # amplitude 0.5: RMS -9 dBFS, peak -6 dBFS
+    player = vmic.play(tone, block=False)
+    try:
+        code, report, stderr = run_doctor(env)
+    finally:
+        player.kill()
+        player.wait()
+    checks = checks_of(report)
+    assert code == EXIT_OK, stderr
+    assert report["ok"] is True and all(report["ready"][t] for t in ALL_TOOLS)
+    assert [c["id"] for c in report["checks"]] == [
+        "portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model",
+    ]  # fmt: skip
+    assert all(c["status"] == "ok" and c["remedy"] is None for c in report["checks"]), report
+    assert checks["microphone"]["data"]["device"]["isDefault"] is True
+    audio = checks["audio"]["data"]
+    assert audio["samples"] == 4800
+    assert -12 < audio["level_dbfs"] < -6 and -8 < audio["peak_dbfs"] < -4, audio
+    assert checks["whisper_model"]["data"]["path"] == str(models_dir / "ggml-base.en.bin")
+    assert checks["ollama"]["data"] == {"host": ollama.url, "version": "0.12.0"}
+    assert checks["ollama_model"]["data"] == {"model": "llama3.2"}
+    assert ("GET", "/api/tags") in ollama.paths
+
+
+def test_text_report_marks_each_check_and_prints_the_remedy(vmic, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=refused_url(), PYTHONIOENCODING="utf-8")
+    code, text, _ = run_doctor(env, json_out=False)
+    assert code == EXIT_UNAVAILABLE
+    lines = text.splitlines()
+    assert any(line.startswith("✓ PortAudio") for line in lines)
+    assert any(line.startswith("✗ Whisper model") for line in lines)
+    assert any(line.startswith("✗ Ollama ") for line in lines)
+    assert any(line.startswith("- Ollama model") for line in lines)
+    assert any("→ mcp-listen models pull base.en" in line for line in lines)
+    assert any("→ Start it: ollama serve" in line for line in lines)
+    assert "Not ready: transcribe_voice, voice_query" in text
+
+
+def test_text_report_falls_back_to_ascii_marks(vmic, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=refused_url(), PYTHONIOENCODING="ascii")
+    code, text, stderr = run_doctor(env, json_out=False)
+    assert code == EXIT_UNAVAILABLE, stderr
+    assert text.isascii()
+    assert "ok PortAudio" in text and "XX Whisper model" in text and "-> mcp-listen models pull base.en" in text
+
+
+def test_no_portaudio(vmic, ollama, models_dir, tmp_path):
+    env = doctor_env(env_without_portaudio(vmic.child_env()), tmp_path, OLLAMA_HOST=ollama.url,
+                     WHISPER_MODEL_PATH=str(models_dir))  # fmt: skip
+    code, report, _ = run_doctor(env)
+    checks = checks_of(report)
+    assert code == EXIT_UNAVAILABLE and report["ok"] is False
+    assert checks["portaudio"]["status"] == "fail"
+    assert "sudo apt install libportaudio2" in checks["portaudio"]["remedy"]
+    assert checks["microphone"]["status"] == checks["audio"]["status"] == "skip"
+    assert not any(report["ready"][t] for t in ALL_TOOLS)
+    assert checks["whisper_model"]["status"] == checks["ollama"]["status"] == "ok"  # the rest is still checked
+
+
+def test_no_input_device(ollama, models_dir, tmp_path):
+    env = doctor_env(env_no_input_devices(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+    code, report, _ = run_doctor(env)
+    checks = checks_of(report)
+    assert code == EXIT_UNAVAILABLE
+    assert checks["portaudio"]["status"] == "ok"
+    assert checks["microphone"]["status"] == "fail"
+    assert checks["microphone"]["detail"] == "No input device found."
+    assert "Connect a microphone" in checks["microphone"]["remedy"]
+    assert checks["audio"]["status"] == "skip"
+    assert report["ready"] == {
+        "list_audio_devices": True, "capture_audio": False, "transcribe_voice": False, "voice_query": False,
+    }  # fmt: skip
+
+
+def test_unknown_device_is_named(vmic, ollama, models_dir, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+    code, report, _ = run_doctor(env, "--device", "ALSA:no such microphone")
+    microphone = checks_of(report)["microphone"]
+    assert code == EXIT_UNAVAILABLE
+    assert microphone["status"] == "fail" and "ALSA:no such microphone" in microphone["detail"]
+    assert microphone["remedy"] == "Use an id from: mcp-listen devices"
+
+
+def test_silent_microphone_is_a_warning_not_a_failure(vmic, ollama, models_dir, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+    code, report, _ = run_doctor(env)  # nothing plays into the virtual microphone: exact zeros
+    audio = checks_of(report)["audio"]
+    assert audio["status"] == "warn" and audio["data"]["level_dbfs"] is None
+    assert "Privacy & Security > Microphone" in audio["remedy"]
+    assert code == EXIT_OK and report["ready"]["voice_query"] is True
+
+
+def test_missing_whisper_model(vmic, ollama, tmp_path):
+    empty = tmp_path / "no-models"
+    empty.mkdir()
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(empty))
+    code, report, _ = run_doctor(env)
+    model = checks_of(report)["whisper_model"]
+    assert code == EXIT_UNAVAILABLE
+    assert model["status"] == "fail" and model["data"]["code"] == "model_not_found"
+    assert model["remedy"] == "mcp-listen models pull base.en"
+    assert str(empty) in model["detail"]
+    assert report["ready"]["capture_audio"] is True and report["ready"]["transcribe_voice"] is False
+
+
+def test_missing_model_points_to_a_model_that_is_there(vmic, ollama, model_path, tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "ggml-tiny.en.bin").symlink_to(model_path)
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(folder))
+    code, report, _ = run_doctor(env)
+    assert code == EXIT_UNAVAILABLE
+    assert "--whisper-model tiny.en" in checks_of(report)["whisper_model"]["remedy"]
+    code, report, _ = run_doctor(env, "--whisper-model", "tiny.en")
+    assert code == EXIT_OK and checks_of(report)["whisper_model"]["data"]["path"] == str(folder / "ggml-tiny.en.bin")
+
+
+@pytest.mark.parametrize("kind", ["text file", "truncated model"])
+def test_invalid_whisper_model(vmic, ollama, model_path, tmp_path, kind):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    bad = folder / "ggml-base.en.bin"
+    if kind == "text file":
+        bad.write_text("this is not a whisper model\n" * 100)
+    else:
+        with open(model_path, "rb") as src:
+            bad.write_bytes(src.read(5_000_000))
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(folder))
+    code, report, _ = run_doctor(env)
+    model = checks_of(report)["whisper_model"]
+    assert code == EXIT_UNAVAILABLE
+    assert model["status"] == "fail" and model["data"]["code"] == "model_invalid"
+    assert model["remedy"].startswith("the file is damaged or not a whisper.cpp model")
+    assert "mcp-listen models pull base.en" in model["remedy"]
+
+
+def test_explicit_model_path(vmic, ollama, model_path, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url)
+    code, report, _ = run_doctor(env, "--whisper-model", str(model_path))
+    assert code == EXIT_OK
+    assert checks_of(report)["whisper_model"]["data"]["path"] == str(model_path)
+
+
+def test_ollama_refused(vmic, models_dir, tmp_path):
+    host = refused_url()
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=host, WHISPER_MODEL_PATH=str(models_dir))
+    code, report, _ = run_doctor(env)
+    checks = checks_of(report)
+    assert code == EXIT_UNAVAILABLE
+    assert checks["ollama"]["status"] == "fail" and host in checks["ollama"]["detail"]
+    assert checks["ollama"]["remedy"].startswith("Start it: ollama serve")
+    assert checks["ollama_model"]["status"] == "skip"
+    assert report["ready"]["transcribe_voice"] is True and report["ready"]["voice_query"] is False
+
+
+def test_model_not_pulled_then_another_model(vmic, models_dir, tmp_path):
+    with FakeOllama(models=("qwen2.5:0.5b",)) as fake:
+        env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=fake.url, WHISPER_MODEL_PATH=str(models_dir))
+        code, report, _ = run_doctor(env)
+        missing = checks_of(report)["ollama_model"]
+        other_code, other, _ = run_doctor(env, "--model", "qwen2.5:0.5b")
+    assert code == EXIT_UNAVAILABLE
+    assert checks_of(report)["ollama"]["status"] == "ok"
+    assert missing["status"] == "fail" and missing["detail"] == "llama3.2 is not pulled."
+    assert missing["remedy"] == "ollama pull llama3.2"
+    assert other_code == EXIT_OK and checks_of(other)["ollama_model"]["detail"] == "qwen2.5:0.5b is pulled"
+
+
+def test_ollama_errors_on_every_endpoint(vmic, models_dir, tmp_path):
+    with FakeOllama(mode="500") as fake:
+        env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=fake.url, WHISPER_MODEL_PATH=str(models_dir))
+        code, report, _ = run_doctor(env)
+    ollama = checks_of(report)["ollama"]
+    assert code == EXIT_UNAVAILABLE
+    assert ollama["status"] == "fail" and "HTTP 500" in ollama["detail"]
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def test_level_dbfs():
+    assert doctor.level_dbfs(np.zeros(4800, dtype=np.int16)) == (None, None)
+    full = np.full(4800, 32767, dtype=np.int16)
+    assert doctor.level_dbfs(full) == (0.0, 0.0)
+    t = np.arange(16000) / 16000
+    sine = (0.5 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    rms, peak = doctor.level_dbfs(sine)
+    assert rms == pytest.approx(-9.0, abs=0.1) and peak == pytest.approx(-6.0, abs=0.1)
+    tiny = np.zeros(4800, dtype=np.int16)
+    tiny[0] = 1
+    assert doctor.level_dbfs(tiny)[0] == -120.0
+
+
+def test_short_model_name():
+    assert doctor.short_model_name("ggml-base.en.bin") == "base.en"
+    assert doctor.short_model_name("/m/ggml-large-v3-turbo.bin") == "large-v3-turbo"
+    assert doctor.short_model_name("small") == "small"
+
+
+def test_portaudio_remedy_per_platform():
+    assert "apt install libportaudio2" in doctor.portaudio_remedy("linux")
+    assert "brew install portaudio" in doctor.portaudio_remedy("darwin")
+    assert "reinstall" in doctor.portaudio_remedy("win32")
+
+
+def test_warnings_do_not_block_and_failures_block_only_what_needs_them():
+    def check(check_id: str, status: str) -> doctor.Check:
+        return doctor.Check(check_id, check_id, status, "")
+
+    base = {"portaudio": "ok", "microphone": "ok", "audio": "warn", "vad": "ok", "whisper_model": "ok",
+            "ollama": "ok", "ollama_model": "fail"}  # fmt: skip
+    result = doctor.report([check(k, v) for k, v in base.items()])
+    assert result["ready"] == {
+        "list_audio_devices": True, "capture_audio": True, "transcribe_voice": True, "voice_query": False,
+    }  # fmt: skip
+    assert result["ok"] is False
+    base["ollama_model"] = "ok"
+    assert doctor.report([check(k, v) for k, v in base.items()])["ok"] is True

@@ -1,0 +1,272 @@
+"""Faults in what the server depends on, injected for real: bad whisper model files, a misbehaving
+Ollama on loopback, a full or read-only recordings filesystem (tmpfs), no PortAudio, no
+microphone, invalid environment variables. Each gives a clear error and the server lives on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import audio_assets as A
+from fake_ollama import refused_url
+from rpc import SERVER_CMD, server_env
+from test_reliability import files_in, speech_clip, wire
+from vmic import env_no_input_devices, env_without_portaudio
+
+QUESTION = "what is the tallest mountain in the world"
+
+
+def spoken_question() -> Path:
+    return A.concat([A.silence(300), A.speech(QUESTION), A.silence(1500)])
+
+
+# ===================================================================================== whisper model
+
+
+def _first_tensor_offset(model: Path) -> int:
+    """Where the first tensor header starts: after the hparams, mel filters and vocabulary."""
+    with open(model, "rb") as f:
+        head = f.read(4 + 11 * 4 + 8)
+        n_mel, n_fft = struct.unpack_from("<2i", head, 4 + 11 * 4)
+        f.seek(n_mel * n_fft * 4, os.SEEK_CUR)
+        (count,) = struct.unpack("<i", f.read(4))
+        for _ in range(count):
+            (length,) = struct.unpack("<i", f.read(4))
+            f.seek(length, os.SEEK_CUR)
+        return f.tell()
+
+
+def bad_models(model: Path, folder: Path) -> dict[str, tuple[Path, str, str]]:
+    """name -> (path, expected code, words the message must contain)."""
+    folder.mkdir()
+    data = model.read_bytes()
+
+    def write(name: str, content: bytes) -> Path:
+        path = folder / name / "ggml-base.en.bin"
+        path.parent.mkdir()
+        path.write_bytes(content)
+        return path
+
+    directory = folder / "directory" / "ggml-base.en.bin"
+    directory.mkdir(parents=True)
+    return {
+        "missing": (folder / "nowhere" / "ggml-base.en.bin", "model_not_found", "does not exist"),
+        "zero bytes": (write("zero", b""), "model_invalid", "truncated or empty"),
+        "truncated half-way": (write("half", data[: len(data) // 2]), "model_invalid", "truncated"),
+        "last KiB missing": (write("tail", data[:-1024]), "model_invalid", "truncated"),
+        "GGUF (an Ollama model)": (write("gguf", b"GGUF" + bytes(range(256)) * 64), "model_invalid", "GGUF"),
+        "HTML error page": (write("html", b"<!DOCTYPE html><html>404</html>\n" * 50), "model_invalid", "HTML"),
+        "random bytes": (write("random", os.urandom(200_000)), "model_invalid", "not a whisper.cpp model"),
+        "directory": (directory, "model_invalid", "folder"),
+    }
+
+
+def test_bad_whisper_models_are_errors_and_the_server_lives_on(vmic, tmp_path, model_path):
+    rec_dir = tmp_path / "recordings"
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=refused_url())
+    cases = bad_models(model_path, tmp_path / "models")
+    with wire(env) as w:
+        for n, (name, (path, code, words)) in enumerate(cases.items()):
+            tool = ("transcribe_voice", "voice_query")[n % 2]
+            began = time.monotonic()
+            result = w.call(tool, {"whisper_model": str(path)})
+            assert result.get("isError"), name
+            error = result["structuredContent"]["error"]
+            assert (error["stage"], error["code"]) == ("transcription", code), (name, error)
+            assert words in error["message"], (name, error["message"])
+            assert time.monotonic() - began < 5, f"{name}: the model must be checked before recording"
+            assert w.status()["recording"] is False
+        # Passes the structural check (a tensor type whisper.cpp does not know stops it early), so
+        # whisper.cpp itself gets the file: its own "failed to load" must become an error, not a crash.
+        odd = bytearray(model_path.read_bytes())
+        struct.pack_into("<i", odd, _first_tensor_offset(model_path) + 8, 99)
+        unknown_type = tmp_path / "ggml-odd.bin"
+        unknown_type.write_bytes(odd)
+        del odd
+        refused = w.start("transcribe_voice", {"whisper_model": str(unknown_type), "stop_on_silence": False,
+                                               "duration_ms": 4000})
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        result = w.wait(refused["id"], 60)["result"]
+        assert result.get("isError"), result
+        assert result["structuredContent"]["error"]["code"] == "model_load_failed"
+        assert w.server.proc.poll() is None, "whisper.cpp took the server down"
+        good = w.start("transcribe_voice", {"whisper_model": str(model_path), "stop_on_silence": False,
+                                            "duration_ms": 4000})
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        result = w.wait(good["id"], 60)["result"]
+        assert not result.get("isError"), result["content"][0]["text"]
+        assert "lighthouse" in result["structuredContent"]["transcription"].lower()
+    assert files_in(rec_dir) == []
+
+
+# ============================================================================================ Ollama
+
+OLLAMA_CASES = [
+    # mode, code; "hang" never answers, "trickle" sends a token every 0.2 s forever
+    ("hang", "timeout"),
+    ("trickle", "timeout"),
+    ("cut", "bad_response"),
+    ("garbage", "bad_response"),
+    ("404", "model_not_pulled"),
+    ("500", "http_error"),
+    ("empty", "empty_response"),
+]
+
+
+def _ask(w, vmic, model_path: Path, token: str) -> tuple[dict, float | None]:
+    """One spoken voice_query; returns its result and the seconds from "Asking" to the answer."""
+    request = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500}, progressToken=token)
+    w.wait_recording(min_elapsed_ms=0)
+    vmic.play(spoken_question())
+    reply = w.wait(request["id"], 60)
+    asked = None
+    for when, note in w.notes:
+        params = note.get("params") or {}
+        if params.get("progressToken") == token and "Asking" in (params.get("message") or ""):
+            asked = when
+    llm_seconds = w.arrived[request["id"]] - asked if asked is not None else None
+    return reply["result"], llm_seconds
+
+
+def test_ollama_faults_give_the_contracts_outcomes(vmic, ollama, tmp_path, model_path):
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), OLLAMA_HOST=ollama.url,
+                     MCP_LISTEN_OLLAMA_TIMEOUT_S="1")
+    timings = {}
+    with wire(env) as w:
+        for mode, code in OLLAMA_CASES:
+            ollama.mode = mode
+            result, llm_seconds = _ask(w, vmic, model_path, mode)
+            assert result.get("isError"), (mode, result)
+            data = result["structuredContent"]
+            assert data["error"]["stage"] == "llm" and data["error"]["code"] == code, (mode, data)
+            if mode == "empty":
+                assert set(data) == {"error", "transcription", "response"}
+                assert data["response"] is None and "mountain" in data["transcription"].lower()
+            else:
+                assert set(data) == {"error"}, (mode, data)
+            timings[mode] = llm_seconds
+            assert w.server.proc.poll() is None
+        ollama.mode = "ok"
+        result, _ = _ask(w, vmic, model_path, "ok")
+        assert not result.get("isError"), result["content"][0]["text"]
+        assert "mountain" in result["structuredContent"]["response"].lower()
+    print("\nOllama stage, seconds from 'Asking' to the result:", {k: round(v, 2) for k, v in timings.items()})
+    for mode in ("hang", "trickle"):
+        assert 0.9 <= timings[mode] <= 2.0, f"{mode}: the 1 s timeout fired after {timings[mode]:.2f} s"
+
+
+def test_ollama_not_running(vmic, tmp_path, model_path):
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), OLLAMA_HOST=refused_url())
+    with wire(env) as w:
+        result, llm_seconds = _ask(w, vmic, model_path, "refused")
+    error = result["structuredContent"]["error"]
+    assert result["isError"] and (error["stage"], error["code"]) == ("llm", "ollama_unreachable")
+    assert "ollama serve" in error["message"] and llm_seconds < 5
+
+
+# ================================================================================ recordings storage
+
+
+@contextmanager
+def tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A real tiny filesystem (root only; CI runs as root)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_full_filesystem_is_a_clear_error_without_partial_file(vmic, tmp_path):
+    with tmpfs(tmp_path / "small", "size=64k,mode=0700") as small:
+        env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(small))
+        with wire(env) as w:
+            result = w.call("capture_audio", {"duration_ms": 3000})  # 96 KB of WAV into 64 KiB
+            assert result.get("isError"), result
+            error = result["structuredContent"]["error"]
+            assert (error["stage"], error["code"]) == ("capture", "storage_error")
+            assert "disk is full" in error["message"] and "MCP_LISTEN_RECORDINGS_DIR" in error["message"]
+            assert files_in(small) == [], "a partial recording was left behind"
+            assert w.status()["recording"] is False
+            fits = w.call("capture_audio", {"duration_ms": 300})
+            assert not fits.get("isError"), fits["content"][0]["text"]
+            assert files_in(small) == [Path(fits["structuredContent"]["path"]).name]
+
+
+def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_path):
+    with tmpfs(tmp_path / "ro", "ro,size=64k") as folder:
+        env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(folder))
+        with wire(env) as w:
+            began = time.monotonic()
+            result = w.call("capture_audio", {"duration_ms": 3000})
+            assert time.monotonic() - began < 2.5, "the folder must be checked before recording"
+            error = result["structuredContent"]["error"]
+            assert result["isError"] and (error["stage"], error["code"]) == ("capture", "storage_error")
+            assert "not writable" in error["message"]
+            assert w.status()["recording"] is False
+            subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
+            fixed = w.call("capture_audio", {"duration_ms": 300})
+            assert not fixed.get("isError"), fixed["content"][0]["text"]
+
+
+# ===================================================================================== environment
+
+
+def test_missing_portaudio_is_an_error_for_every_recording_tool(tmp_path, model_path):
+    env = server_env(env_without_portaudio(), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    with wire(env) as w:
+        for tool in ("capture_audio", "transcribe_voice", "voice_query"):
+            result = w.call(tool, {"whisper_model": str(model_path)} if tool != "capture_audio" else {})
+            error = result["structuredContent"]["error"]
+            assert result["isError"] and (error["stage"], error["code"]) == ("capture", "portaudio_missing")
+            assert "libportaudio2" in error["message"]
+        assert w.status()["recording"] is False
+
+
+def test_no_microphone_is_an_error_for_every_recording_tool(tmp_path, model_path):
+    env = server_env(env_no_input_devices(), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    with wire(env) as w:
+        for tool in ("capture_audio", "transcribe_voice", "voice_query"):
+            result = w.call(tool, {"whisper_model": str(model_path)} if tool != "capture_audio" else {})
+            error = result["structuredContent"]["error"]
+            assert result["isError"] and (error["stage"], error["code"]) == ("capture", "no_input_device")
+        assert w.status()["recording"] is False
+    assert files_in(tmp_path / "rec") == []
+
+
+SECRET = "sk-live-SECRET-7f3a9"
+PRIVATE = "/home/alice/.ssh/id_ed25519"
+BAD_VARIABLES = {
+    "MCP_LISTEN_OLLAMA_TIMEOUT_S": f"abc {SECRET} {PRIVATE}",
+    "MCP_LISTEN_LOG_LEVEL": f"LOUD{SECRET}{PRIVATE}",
+    "MCP_LISTEN_WHISPER_THREADS": f"{SECRET}{PRIVATE}",
+    "OLLAMA_HOST": f"ftp://{SECRET}@example.com{PRIVATE}",
+    "MCP_LISTEN_MODELS_URL": f"file://{PRIVATE}?token={SECRET}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VARIABLES))
+def test_invalid_environment_variable_exits_78_naming_it_without_its_value(tmp_path, name):
+    env = server_env(MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), **{name: BAD_VARIABLES[name]})
+    done = subprocess.run(SERVER_CMD, env=env, input=b"", capture_output=True, timeout=30)
+    stderr = done.stderr.decode(errors="replace")
+    assert done.returncode == 78, stderr
+    assert name in stderr
+    assert SECRET not in stderr and PRIVATE not in stderr and "alice" not in stderr
+    assert done.stdout == b""

@@ -1,0 +1,481 @@
+"""Cancellation, shutdown, races, device loss and oversized input: the real server as a child process.
+
+Every fault is injected for real: `notifications/cancelled` and the SDK client's own timeout,
+closing stdin, SIGINT/SIGTERM, requests racing in one write, the sound server dying mid-recording
+(the virtual microphone's daemon is stopped, or frozen with SIGSTOP), a 16 MiB line on stdin.
+Time bounds here are the promises of README "Guarantees and limits", not tighter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import anyio
+import pytest
+
+import audio_assets as A
+from rpc import RawServer, mcp_client, server_env, tool_call
+
+REPO = Path(__file__).resolve().parents[1]
+RELEASE_S = 0.2
+"""A cancelled recording releases the microphone within this (README promise)."""
+EXIT_S = 2.0
+"""stdin EOF, SIGINT or SIGTERM: the process is gone within this (README promise)."""
+DEVICE_LOST_S = 3.0
+
+
+# ============================================================================================ helpers
+
+
+class Wire:
+    """A RawServer plus bookkeeping: responses by id, notifications in order, arrival times.
+
+    RawServer.wait_for drops every other message it reads; this keeps them all, so a test can
+    poll get_status while another call is running without losing that call's answer.
+    """
+
+    def __init__(self, server: RawServer) -> None:
+        self.server = server
+        self.responses: dict[int, dict[str, Any]] = {}
+        self.arrived: dict[int, float] = {}
+        self.notes: list[tuple[float, dict[str, Any]]] = []
+
+    def pump(self, timeout: float) -> bool:
+        """Move one message from the reader into the books; False if none came within timeout."""
+        try:
+            msg = self.server.messages.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return False
+        now = time.monotonic()
+        if "id" in msg and ("result" in msg or "error" in msg):
+            self.responses[msg["id"]] = msg
+            self.arrived[msg["id"]] = now
+        else:
+            self.notes.append((now, msg))
+        return True
+
+    def start(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        request = tool_call(self.server, name, arguments, **meta)
+        self.server.send(request)
+        return request
+
+    def wait(self, request_id: int, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while request_id not in self.responses:
+            if not self.pump(deadline - time.monotonic()) and time.monotonic() >= deadline:
+                raise TimeoutError(f"no response to request {request_id}")
+        return self.responses[request_id]
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None, timeout: float = 30) -> dict[str, Any]:
+        """A tool call's `result` (asserts it is a result, not a JSON-RPC error)."""
+        reply = self.wait(self.start(name, arguments or {})["id"], timeout)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    def status(self) -> dict[str, Any]:
+        return self.call("get_status")["structuredContent"]
+
+    def wait_recording(self, min_elapsed_ms: int = 300, timeout: float = 15) -> None:
+        """Until the microphone has delivered audio for a while (so the stream is really running)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status["recording"] and status["device"] and status["elapsed_ms"] >= min_elapsed_ms:
+                return
+            time.sleep(0.02)
+        raise TimeoutError("the recording never started")
+
+    def released_after(self, since: float, timeout: float = 10) -> float:
+        """Seconds from `since` until get_status says the microphone is free."""
+        deadline = since + timeout
+        while time.monotonic() < deadline:
+            if not self.status()["recording"]:
+                return time.monotonic() - since
+        raise TimeoutError("the microphone was never released")
+
+    def cancel(self, request_id: int) -> float:
+        self.server.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id, "reason": "test"}}
+        )
+        return time.monotonic()
+
+    def wait_progress(self, token: Any, text: str, timeout: float = 30) -> float:
+        """Time at which a notifications/progress for `token` whose message contains `text` arrived."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            for when, note in self.notes[seen:]:
+                params = note.get("params") or {}
+                if note.get("method") == "notifications/progress" and params.get("progressToken") == token:
+                    if text in (params.get("message") or ""):
+                        return when
+            seen = len(self.notes)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no progress message containing {text!r}")
+            self.pump(min(0.1, deadline - time.monotonic()))
+
+
+@contextmanager
+def wire(env: dict[str, str], stderr_path: Path | None = None) -> Iterator[Wire]:
+    with RawServer(env, stderr_path=stderr_path) as server:
+        server.initialize()
+        yield Wire(server)
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder)) if folder.exists() else []
+
+
+def assert_only_json_rpc(lines: list[bytes]) -> None:
+    for line in lines:
+        assert json.loads(line)["jsonrpc"] == "2.0", line[:200]
+
+
+def memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS (now) and VmHWM (peak) of a process, in kB."""
+    values = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0])
+    return values
+
+
+@contextmanager
+def frozen(vmic) -> Iterator[None]:
+    """Freeze the virtual microphone's sound server (SIGSTOP): open streams can neither deliver
+    audio nor close, as with a hung sound server or driver. Always thawed again."""
+    pid = vmic._proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def speech_clip() -> Path:
+    return A.concat([A.silence(200), A.speech("please tell me a short story about a lighthouse keeper"), A.silence(400)])
+
+
+@pytest.fixture
+def rec_dir(tmp_path: Path) -> Path:
+    return tmp_path / "recordings"
+
+
+@pytest.fixture
+def env(vmic, rec_dir, ollama):
+    return server_env(
+        vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url, MCP_LISTEN_OLLAMA_TIMEOUT_S="30"
+    )
+
+
+def recording_args(tool: str, model_path: Path) -> dict[str, Any]:
+    if tool == "capture_audio":
+        return {"duration_ms": 20000}
+    return {"duration_ms": 20000, "stop_on_silence": False, "whisper_model": str(model_path)}
+
+
+# ======================================================================================= cancellation
+
+
+@pytest.mark.parametrize("tool", ["capture_audio", "voice_query"])
+def test_cancel_releases_the_microphone_at_once_and_leaves_nothing(env, rec_dir, model_path, tool):
+    latencies = []
+    with wire(env) as w:
+        for _ in range(3):
+            request = w.start(tool, recording_args(tool, model_path))
+            w.wait_recording()
+            latencies.append(w.released_after(w.cancel(request["id"])))
+            assert files_in(rec_dir) == [], "a cancelled call left a file"
+            after = w.call("capture_audio", {"duration_ms": 300})
+            assert not after.get("isError"), after["content"][0]["text"]
+            assert after["structuredContent"]["duration_ms"] == 300
+            Path(after["structuredContent"]["path"]).unlink()
+            reply = w.responses.get(request["id"])
+            assert reply is None or reply["result"].get("isError"), "a cancelled call must not succeed"
+        assert_only_json_rpc(w.server.lines)
+    print(f"\n{tool}: microphone released {[round(s * 1000) for s in latencies]} ms after notifications/cancelled")
+    assert max(latencies) <= RELEASE_S
+
+
+@pytest.mark.anyio
+async def test_client_timeout_cancels_the_recording(env, rec_dir):
+    from mcp.shared.exceptions import MCPError
+
+    async with mcp_client(env) as client:
+        began = time.monotonic()
+        with pytest.raises(MCPError):
+            await client.call_tool("capture_audio", {"duration_ms": 20000}, read_timeout_seconds=1.5)
+        timed_out = time.monotonic()
+        assert timed_out - began < 10
+        while (await client.call_tool("get_status", {})).structured_content["recording"]:
+            assert time.monotonic() - timed_out < 5, "the timed-out recording was never stopped"
+        released = time.monotonic() - timed_out
+        after = await client.call_tool("capture_audio", {"duration_ms": 300})
+    print(f"\nSDK client timeout: microphone released {released * 1000:.0f} ms after the client gave up")
+    assert released <= RELEASE_S
+    assert not after.is_error, after.content[0].text
+    assert files_in(rec_dir) == [Path(after.structured_content["path"]).name]
+
+
+def test_cancel_during_transcription_stops_waiting(env, vmic, rec_dir, model_path):
+    """whisper.cpp cannot be interrupted mid-call: the cancelled call is dropped at once, the
+    microphone is already free, and the next transcription waits for the running one to end."""
+    with wire(env) as w:
+        request = w.start(
+            "transcribe_voice",
+            {"duration_ms": 6000, "stop_on_silence": False, "whisper_model": str(model_path)},
+            progressToken="t1",
+        )
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        w.wait_progress("t1", "Transcribing")
+        w.cancel(request["id"])
+        assert w.status()["recording"] is False
+        free = w.call("capture_audio", {"duration_ms": 300})
+        assert not free.get("isError"), free["content"][0]["text"]
+        next_call = w.start("transcribe_voice", {"duration_ms": 4000, "stop_on_silence": False,
+                                                 "whisper_model": str(model_path)})
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        answer = w.wait(next_call["id"], 60)["result"]
+        assert not answer.get("isError"), answer["content"][0]["text"]
+        assert "lighthouse" in (answer["structuredContent"]["transcription"] or "").lower()
+        assert request["id"] not in w.responses, "the cancelled transcription was answered anyway"
+        assert files_in(rec_dir) == [Path(free["structuredContent"]["path"]).name]
+
+
+def test_cancel_during_the_ollama_request_stops_waiting(env, vmic, ollama, rec_dir, model_path):
+    ollama.mode = "hang"
+    with wire(env) as w:
+        request = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500}, progressToken="q")
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        w.wait_progress("q", "Asking", timeout=60)
+        deadline = time.monotonic() + 10
+        while not any(path == "/api/chat" for _, path in ollama.paths):
+            assert time.monotonic() < deadline, "the request never reached Ollama"
+            time.sleep(0.01)
+        w.cancel(request["id"])
+        ollama.mode = "ok"
+        again = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500})
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        answer = w.wait(again["id"], 60)["result"]
+        assert not answer.get("isError"), answer["content"][0]["text"]
+        assert answer["structuredContent"]["response"].startswith("You said:")
+        assert request["id"] not in w.responses
+        assert files_in(rec_dir) == []
+
+
+# =========================================================================================== shutdown
+
+
+def _stop(server: RawServer, how: str) -> float:
+    began = time.monotonic()
+    if how == "eof":
+        server.close_stdin()
+    else:
+        server.proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
+    return began
+
+
+EXIT_CODES = {"eof": 0, "sigint": 130, "sigterm": 143}
+
+
+@pytest.mark.parametrize("tool", ["capture_audio", "voice_query"])
+@pytest.mark.parametrize("how", ["eof", "sigint", "sigterm"])
+def test_shutdown_during_a_recording(env, rec_dir, model_path, tmp_path, tool, how):
+    with wire(env, stderr_path=tmp_path / "stderr.log") as w:
+        w.start(tool, recording_args(tool, model_path))
+        w.wait_recording()
+        began = _stop(w.server, how)
+        code = w.server.wait_exit(10)
+        took = time.monotonic() - began
+        lines = list(w.server.lines)
+    print(f"\n{how} during {tool}: exit {code} after {took * 1000:.0f} ms")
+    assert code == EXIT_CODES[how]
+    assert took <= EXIT_S
+    assert files_in(rec_dir) == []
+    assert_only_json_rpc(lines)
+
+
+def test_sigterm_during_transcription_exits_in_time(env, vmic, model_path, rec_dir):
+    with wire(env) as w:
+        w.start("transcribe_voice", {"duration_ms": 6000, "stop_on_silence": False,
+                                     "whisper_model": str(model_path)}, progressToken="t")
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(speech_clip())
+        w.wait_progress("t", "Transcribing")
+        began = _stop(w.server, "sigterm")
+        code = w.server.wait_exit(10)
+        took = time.monotonic() - began
+    assert code == 143 and took <= EXIT_S
+    assert files_in(rec_dir) == []
+
+
+def test_shutdown_with_a_hung_sound_server_still_exits_in_time(env, vmic, rec_dir):
+    """A stream that cannot even be closed (sound server frozen) must not hold the process."""
+    with wire(env) as w:
+        w.start("capture_audio", {"duration_ms": 20000})
+        w.wait_recording()
+        with frozen(vmic):
+            began = _stop(w.server, "sigterm")
+            code = w.server.wait_exit(10)
+            took = time.monotonic() - began
+    print(f"\nSIGTERM with a frozen sound server: exit {code} after {took * 1000:.0f} ms")
+    assert code == 143 and took <= EXIT_S
+    assert files_in(rec_dir) == []
+
+
+def test_a_second_signal_exits_at_once(env, vmic, rec_dir):
+    """With the sound server frozen the first signal's cleanup takes about a second; a second
+    signal during it ends the process immediately, with the second signal's code."""
+    with wire(env) as w:
+        w.start("capture_audio", {"duration_ms": 20000})
+        w.wait_recording()
+        with frozen(vmic):
+            w.server.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+            second = time.monotonic()
+            w.server.proc.send_signal(signal.SIGINT)
+            code = w.server.wait_exit(10)
+            took = time.monotonic() - second
+    print(f"\nsecond signal: exit {code} after {took * 1000:.0f} ms")
+    assert code == 130, "the exit code must come from the second signal (the first one's cleanup was still waiting)"
+    assert took < 0.5
+    assert files_in(rec_dir) == []
+
+
+# ============================================================================================== races
+
+
+def test_racing_requests_exactly_one_records_100_times(env, rec_dir, model_path):
+    rounds = 100
+    tools = [
+        ("capture_audio", {"duration_ms": 100}),
+        ("capture_audio", {"duration_ms": 100}),
+        ("voice_query", {"duration_ms": 100, "whisper_model": str(model_path)}),
+    ]
+    winners: dict[str, int] = {}
+    with wire(env) as w:
+        for n in range(rounds):
+            batch = tools[n % 3 :] + tools[: n % 3]
+            requests = [tool_call(w.server, name, args) for name, args in batch[: 2 + n % 2]]
+            w.server.send(*requests)
+            replies = [w.wait(r["id"], 30) for r in requests]
+            ok = [(req, rep) for req, rep in zip(requests, replies) if not rep["result"].get("isError")]
+            busy = [rep for rep in replies if rep["result"].get("isError")]
+            assert len(ok) == 1, f"round {n}: {len(ok)} calls recorded: {[r['result'] for r in replies]}"
+            for rep in busy:
+                error = rep["result"]["structuredContent"]["error"]
+                assert error["code"] == "busy" and "already in progress" in error["message"], error
+                assert w.arrived[rep["id"]] <= w.arrived[ok[0][1]["id"]], "a refusal waited for the recording"
+            name = ok[0][0]["params"]["name"]
+            winners[name] = winners.get(name, 0) + 1
+        assert w.status()["recording"] is False
+    print(f"\n{rounds} racing rounds: winners {winners}")
+    assert len(files_in(rec_dir)) == winners.get("capture_audio", 0)
+
+
+# ========================================================================================= device loss
+
+
+def test_device_disappearing_mid_recording_then_coming_back(env, vmic, rec_dir):
+    try:
+        with wire(env) as w:
+            request = w.start("capture_audio", {"duration_ms": 20000})
+            w.wait_recording(min_elapsed_ms=500)
+            lost = time.monotonic()
+            vmic.stop()
+            reply = w.wait(request["id"], 15)["result"]
+            took = time.monotonic() - lost
+            assert reply.get("isError")
+            assert reply["structuredContent"]["error"]["code"] in ("device_lost", "capture_failed")
+            assert w.status()["recording"] is False
+            vmic.start()
+            again = w.call("capture_audio", {"duration_ms": 300})
+            assert not again.get("isError"), again["content"][0]["text"]
+            listed = w.call("list_audio_devices")
+            assert listed["structuredContent"]["devices"]
+    finally:
+        vmic.start()
+    print(f"\ndevice lost: error {took * 1000:.0f} ms after the sound server died")
+    assert took <= DEVICE_LOST_S
+    assert files_in(rec_dir) == [Path(again["structuredContent"]["path"]).name]
+
+
+# ========================================================================================= big input
+
+
+def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
+    size = 16 << 20
+    log = tmp_path / "stderr.log"
+    with wire(env, stderr_path=log) as w:
+        w.call("get_status")
+        before = memory_kb(w.server.proc.pid)
+        huge = tool_call(w.server, "voice_query", {"prompt": "x" * size})
+        w.server.send(huge)
+        near_limit = w.start("voice_query", {"prompt": "y" * 1_000_000})
+        rejected = w.wait(near_limit["id"])["result"]
+        after = memory_kb(w.server.proc.pid)
+        assert w.status()["recording"] is False
+        time.sleep(0.2)
+        while w.pump(0.05):
+            pass
+        assert huge["id"] not in w.responses
+        w.server.close_stdin()
+        assert w.server.wait_exit(10) == 0
+    grown_peak = (after["VmHWM"] - before["VmHWM"]) * 1024
+    grown_rss = (after["VmRSS"] - before["VmRSS"]) * 1024
+    print(f"\n16 MiB line: peak RSS +{grown_peak / 2**20:.1f} MiB, RSS +{grown_rss / 2**20:.1f} MiB")
+    assert grown_peak < size / 4, f"peak memory grew by {grown_peak} bytes for a {size}-byte line"
+    assert rejected["isError"] and rejected["structuredContent"]["error"]["code"] == "invalid_argument"
+    assert "prompt" in rejected["structuredContent"]["error"]["message"]
+    text = log.read_text()
+    assert "dropped an inbound message of" in text and "xxxxxxxx" not in text
+
+
+def test_a_huge_line_without_newline_then_eof_exits_cleanly(env):
+    with wire(env) as w:
+        w.server.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {"a": "' + b"z" * (3 << 20))
+        w.server.close_stdin()
+        assert w.server.wait_exit(10) == 0
+
+
+# ============================================================================================== soak
+
+
+@pytest.mark.soak
+def test_soak(vmic, tmp_path):
+    """bench/soak.py: 200 captures + 50 voice_query calls in one server, figures on stdout."""
+    out = tmp_path / "soak.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "soak.py"), "--json", str(out)],
+        cwd=REPO,
+        env={**os.environ, **vmic.env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    print("\n" + done.stdout)
+    assert figures["captures_ok"] == figures["captures"] == 200
+    assert figures["queries_answered"] == figures["queries"] == 50
+    assert figures["leftover_files"] == [] and figures["unreported_files"] == []
+    assert figures["rss_growth_kb"] < 40 * 1024
+    assert figures["threads_end"] <= figures["threads_warm"] + 2
+    assert figures["fds_end"] <= figures["fds_warm"] + 2
+    assert figures["exit_code"] == 0
