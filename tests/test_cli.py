@@ -1,0 +1,185 @@
+"""The debugging CLI, run as a real child process: same code paths as the tools, exit codes as documented."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import pytest
+
+import audio_assets as A
+from rpc import server_env
+from vmic import env_no_input_devices
+
+CLI = [sys.executable, "-m", "mcp_listen"]
+JFK = Path(__file__).resolve().parents[1].parent / "shared" / "audio" / "jfk.wav"
+
+
+def run(args, env, timeout=60, **kw):
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def env(vmic, tmp_path):
+    return server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+
+
+def test_version():
+    from mcp_listen import __version__
+
+    done = run(["--version"], server_env())
+    assert done.returncode == 0 and done.stdout.strip() == f"mcp-listen {__version__}"
+
+
+def test_devices_table_and_json(env):
+    table = run(["devices"], env)
+    listed = run(["devices", "--json"], env)
+    assert table.returncode == 0 and listed.returncode == 0
+    devices = json.loads(listed.stdout)
+    default = next(d for d in devices if d["isDefault"])
+    assert f"* {default['index']:>5}  {default['id']}" in table.stdout
+
+
+def test_capture_to_a_chosen_file(env, tmp_path):
+    out = tmp_path / "take.wav"
+    done = run(["capture", "--duration-ms", "500", "--out", str(out)], env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["path"] == str(out) and result["size_bytes"] == out.stat().st_size == 16044
+    with wave.open(str(out)) as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getnframes()) == (16000, 1, 8000)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["capture", "--duration-ms", "50"], "duration_ms"),
+        (["capture", "--silence-ms", "500"], "silence_ms requires stop_on_silence"),
+        (["capture", "--device", ""], "device"),
+        (["bogus"], "invalid choice"),
+        (["capture", "--duration-ms", "abc"], "invalid int value"),
+    ],
+)
+def test_usage_errors_exit_64(env, tmp_path, args, needle):
+    done = run(args, env)
+    assert done.returncode == 64, (done.returncode, done.stderr)
+    assert needle in done.stderr
+    assert not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
+
+
+def test_no_device_exits_69(tmp_path):
+    env = server_env(env_no_input_devices(), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    done = run(["capture", "--duration-ms", "200"], env)
+    assert done.returncode == 69 and "No microphone found" in done.stderr
+
+
+def test_invalid_environment_exits_78_naming_the_variable(tmp_path):
+    secret = "hunter2-/home/alice/private"
+    done = run(["devices"], server_env(MCP_LISTEN_OLLAMA_TIMEOUT_S=secret))
+    assert done.returncode == 78
+    assert "MCP_LISTEN_OLLAMA_TIMEOUT_S" in done.stderr and secret not in done.stderr
+
+
+def test_transcribe_a_file(model_path):
+    done = run(["transcribe", str(JFK), "--whisper-model", str(model_path)], server_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = json.loads(done.stdout)["transcription"].lower()
+    assert "ask not what your country can do for you" in text
+
+
+def test_transcribe_rejects_a_file_that_is_not_16k_mono(tmp_path, model_path):
+    stereo = tmp_path / "stereo.wav"
+    with wave.open(str(stereo), "wb") as wav:
+        wav.setnchannels(2)
+        wav.setsampwidth(2)
+        wav.setframerate(44100)
+        wav.writeframes(b"\0" * 4000)
+    done = run(["transcribe", str(stereo), "--whisper-model", str(model_path)], server_env())
+    assert done.returncode == 64 and "sox" in done.stderr
+
+
+def test_models_lists_what_it_finds(tmp_path, model_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "ggml-tiny.en.bin").symlink_to(model_path)
+    env = server_env(WHISPER_MODEL_PATH=str(folder), HOME=str(tmp_path / "home"))
+    listed = json.loads(run(["models", "--json"], env).stdout)
+    assert [m["name"] for m in listed] == ["tiny.en"] and listed[0]["size_bytes"] == model_path.stat().st_size
+    empty = run(["models"], server_env(HOME=str(tmp_path / "nohome")))
+    assert empty.returncode == 69 and "mcp-listen models pull base.en" in empty.stdout
+
+
+def _run_on_a_terminal(args, env, *, during=None, timeout=60.0) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal (as a person would); returns (code, terminal text)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    if during is not None:
+        during()
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode(errors="replace")
+
+
+def test_level_meter_shows_level_and_speech_on_a_terminal(env, vmic):
+    clip = A.concat([A.silence(600), A.speech("one two three four five six seven"), A.silence(1500)])
+    player = []
+
+    def play():
+        time.sleep(1.0)
+        player.append(vmic.play(clip, block=False))
+
+    code, screen = _run_on_a_terminal(
+        ["capture", "--stop-on-silence", "--silence-ms", "800", "--duration-ms", "15000"], env, during=play
+    )
+    player[0].wait(timeout=30)
+    assert code == 0, screen
+    assert "dBFS" in screen and "speech" in screen and "Listening on" in screen
+
+
+def test_serve_on_a_terminal_says_it_is_waiting_for_a_client(env):
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(CLI, env=env, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(slave)
+    time.sleep(3)
+    os.close(master)
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    assert b"MCP server" in err and b"claude mcp add mcp-listen" in err
+
+
+def test_query_runs_the_whole_voice_query_from_a_terminal(env, vmic, ollama, model_path):
+    ollama.reply = "Paris."
+    env = dict(env, OLLAMA_HOST=ollama.url)
+    clip = A.concat([A.silence(300), A.speech("What is the capital city of France?"), A.silence(2000)])
+    proc = subprocess.Popen(
+        [*CLI, "query", "--whisper-model", str(model_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    time.sleep(1.5)
+    vmic.play(clip)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert set(result) == {"transcription", "response", "model"} and result["response"] == "Paris."
+    assert "capital" in result["transcription"].lower()
