@@ -176,10 +176,39 @@ def test_query_runs_the_whole_voice_query_from_a_terminal(env, vmic, ollama, mod
     proc = subprocess.Popen(
         [*CLI, "query", "--whisper-model", str(model_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    time.sleep(1.5)
+    time.sleep(2.5)
     vmic.play(clip)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     result = json.loads(out)
     assert set(result) == {"transcription", "response", "model"} and result["response"] == "Paris."
     assert "capital" in result["transcription"].lower()
+
+
+def test_models_pull_downloads_verifies_and_lists(tmp_path, model_path):
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "ggml-custom.en.bin").symlink_to(model_path)
+    (served / "ggml-broken.bin").write_bytes(model_path.read_bytes()[:5_000_000])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    home = tmp_path / "home"
+    env = server_env(HOME=str(home), MCP_LISTEN_MODELS_URL=f"http://127.0.0.1:{httpd.server_port}")
+    try:
+        pulled = run(["models", "pull", "custom.en"], env, timeout=120)
+        broken = run(["models", "pull", "broken"], env, timeout=120)
+        missing = run(["models", "pull", "nothere"], env, timeout=120)
+    finally:
+        httpd.shutdown()
+    target = home / ".mcp-listen" / "models" / "ggml-custom.en.bin"
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout.strip() == str(target) and target.stat().st_size == model_path.stat().st_size
+    assert broken.returncode != 0 and missing.returncode != 0
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ggml-custom.en.bin"], "no partial or broken file"
+    listed = json.loads(run(["models", "--json"], env).stdout)
+    assert [m["name"] for m in listed] == ["custom.en"]

@@ -130,11 +130,7 @@ def _ask(w, vmic, model_path: Path, token: str) -> tuple[dict, float | None]:
     w.wait_recording(min_elapsed_ms=0)
     vmic.play(spoken_question())
     reply = w.wait(request["id"], 60)
-    asked = None
-    for when, note in w.notes:
-        params = note.get("params") or {}
-        if params.get("progressToken") == token and "Asking" in (params.get("message") or ""):
-            asked = when
+    asked = w.progress_time(token, "Asking")
     llm_seconds = w.arrived[request["id"]] - asked if asked is not None else None
     return reply["result"], llm_seconds
 

@@ -14,6 +14,7 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,8 +40,9 @@ DEVICE_LOST_S = 3.0
 class Wire:
     """A RawServer plus bookkeeping: responses by id, notifications in order, arrival times.
 
-    RawServer.wait_for drops every other message it reads; this keeps them all, so a test can
-    poll get_status while another call is running without losing that call's answer.
+    RawServer.wait_for drops every other message it reads; this keeps them all (a thread files
+    each message as it arrives, with its arrival time), so a test can poll get_status while
+    another call runs, or time the gap between two messages while it plays audio.
     """
 
     def __init__(self, server: RawServer) -> None:
@@ -48,20 +50,37 @@ class Wire:
         self.responses: dict[int, dict[str, Any]] = {}
         self.arrived: dict[int, float] = {}
         self.notes: list[tuple[float, dict[str, Any]]] = []
+        self._changed = threading.Condition()
+        self._filer = threading.Thread(target=self._file, daemon=True)
+        self._filer.start()
 
-    def pump(self, timeout: float) -> bool:
-        """Move one message from the reader into the books; False if none came within timeout."""
-        try:
-            msg = self.server.messages.get(timeout=max(0.0, timeout))
-        except queue.Empty:
-            return False
-        now = time.monotonic()
-        if "id" in msg and ("result" in msg or "error" in msg):
-            self.responses[msg["id"]] = msg
-            self.arrived[msg["id"]] = now
-        else:
-            self.notes.append((now, msg))
-        return True
+    def _file(self) -> None:
+        while self.server.proc.poll() is None or not self.server.messages.empty():
+            try:
+                msg = self.server.messages.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            now = time.monotonic()
+            with self._changed:
+                if "id" in msg and ("result" in msg or "error" in msg):
+                    self.responses[msg["id"]] = msg
+                    self.arrived[msg["id"]] = now
+                else:
+                    self.notes.append((now, msg))
+                self._changed.notify_all()
+
+    def until(self, predicate: Any, timeout: float, what: str) -> Any:
+        """Wait until predicate() is truthy (checked whenever a message arrives); return its value."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(what)
+                self._changed.wait(min(remaining, 0.1))
 
     def start(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
         request = tool_call(self.server, name, arguments, **meta)
@@ -69,11 +88,7 @@ class Wire:
         return request
 
     def wait(self, request_id: int, timeout: float = 30) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while request_id not in self.responses:
-            if not self.pump(deadline - time.monotonic()) and time.monotonic() >= deadline:
-                raise TimeoutError(f"no response to request {request_id}")
-        return self.responses[request_id]
+        return self.until(lambda: self.responses.get(request_id), timeout, f"no response to request {request_id}")
 
     def call(self, name: str, arguments: dict[str, Any] | None = None, timeout: float = 30) -> dict[str, Any]:
         """A tool call's `result` (asserts it is a result, not a JSON-RPC error)."""
@@ -108,20 +123,17 @@ class Wire:
         )
         return time.monotonic()
 
+    def progress_time(self, token: Any, text: str) -> float | None:
+        """Arrival time of the first notifications/progress for `token` whose message contains `text`."""
+        for when, note in list(self.notes):
+            params = note.get("params") or {}
+            if note.get("method") == "notifications/progress" and params.get("progressToken") == token:
+                if text in (params.get("message") or ""):
+                    return when
+        return None
+
     def wait_progress(self, token: Any, text: str, timeout: float = 30) -> float:
-        """Time at which a notifications/progress for `token` whose message contains `text` arrived."""
-        deadline = time.monotonic() + timeout
-        seen = 0
-        while True:
-            for when, note in self.notes[seen:]:
-                params = note.get("params") or {}
-                if note.get("method") == "notifications/progress" and params.get("progressToken") == token:
-                    if text in (params.get("message") or ""):
-                        return when
-            seen = len(self.notes)
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"no progress message containing {text!r}")
-            self.pump(min(0.1, deadline - time.monotonic()))
+        return self.until(lambda: self.progress_time(token, text), timeout, f"no progress message with {text!r}")
 
 
 @contextmanager
@@ -430,9 +442,7 @@ def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
         rejected = w.wait(near_limit["id"])["result"]
         after = memory_kb(w.server.proc.pid)
         assert w.status()["recording"] is False
-        time.sleep(0.2)
-        while w.pump(0.05):
-            pass
+        time.sleep(0.5)
         assert huge["id"] not in w.responses
         w.server.close_stdin()
         assert w.server.wait_exit(10) == 0
