@@ -116,14 +116,21 @@ class Engine:
         self.recorder = Recorder()
         self._transcriber: Any = None
         self._transcriber_lock = threading.Lock()
+        self._portaudio = threading.Lock()
+        """Held while a stream is open: PortAudio must not be re-initialised under it."""
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
 
     # ------------------------------------------------------------------ devices and status
 
     def list_devices(self) -> list[dict[str, Any]]:
-        rescan = self.recorder.active is None
-        return [d.public() for d in devices.list_inputs(rescan=rescan)]
+        """Current input devices; re-scanned (hot-plug) unless a recording holds PortAudio."""
+        if not self._portaudio.acquire(blocking=False):
+            return [d.public() for d in devices.list_inputs()]
+        try:
+            return [d.public() for d in devices.list_inputs(rescan=True)]
+        finally:
+            self._portaudio.release()
 
     def status(self) -> dict[str, Any]:
         claim = self.recorder.active
@@ -191,18 +198,19 @@ class Engine:
         `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
         model loads while the user talks, and never when nobody speaks).
         """
-        device = devices.resolve(plan.device)
         stop = _linked(stop, self.shutdown)
         tracker = _Tracker(plan, progress, meter, phrases, on_speech)
-        if progress:
-            progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
-        recording = self.recorder.record(
-            device_index=device.index,
-            max_frames=plan.max_frames,
-            on_window=tracker.on_window,
-            stop=stop,
-            on_start=lambda: setattr(claim, "device", device.name),
-        )
+        with self._portaudio:
+            device = devices.resolve(plan.device)
+            if progress:
+                progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
+            recording = self.recorder.record(
+                device_index=device.index,
+                max_frames=plan.max_frames,
+                on_window=tracker.on_window,
+                stop=stop,
+                on_start=lambda: setattr(claim, "device", device.name),
+            )
         tracker.finished(recording)
         return Heard(recording, tracker.speech_detected, tracker.speech_end_frame, tracker.phrase_start_frame)
 

@@ -1,0 +1,345 @@
+"""mcp-listen benchmark: latency, footprint and transcript quality, on the virtual microphone.
+
+    python bench/run.py [--runs N] [--json OUT] [--skip-venv]
+
+Needs what the tests need (PulseAudio, paplay, espeak-ng, sox, libportaudio2) and a
+whisper model: /work/assets/ggml-tiny.en.bin, or MCP_LISTEN_TEST_MODEL, or --model.
+bench/README.md explains every figure and how it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import clips  # noqa: E402
+import footprint  # noqa: E402
+import latency  # noqa: E402
+import startup  # noqa: E402
+from rig import ROOT, Rig  # noqa: E402
+from stats import fmt, summary, verdict  # noqa: E402
+
+DEFAULT_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL", "/work/assets/ggml-tiny.en.bin"))
+BASE_MIN_BYTES = 100 * 1024 * 1024
+"""A real ggml-base.en.bin is 148 MB; smaller files of that name are test stand-ins."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    began = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-bench-"))
+    report: dict[str, Any] = {"machine": machine(), "config": config(opts)}
+    busy = CpuBusy()
+    rig = Rig(opts.model.parent, workdir, threads=opts.threads)
+    try:
+        section("startup", lambda: run_startup(rig, opts, workdir, report))
+        section("session", lambda: run_session(rig, opts, report))
+        section("voice_query", lambda: run_voice(rig, opts, report))
+        section("wer", lambda: run_wer(opts, report))
+        report["vad_per_window"] = footprint.vad_per_window()
+        if not opts.skip_venv:
+            section("venv", lambda: report.__setitem__("venv_size", footprint.venv_size(workdir)))
+    finally:
+        rig.close()
+        report["machine"]["cpu_busy_during_run_pct"] = busy.percent()
+        report["machine"]["loadavg_end"] = loadavg()
+        report["elapsed_s"] = round(time.monotonic() - began, 1)
+        report["targets"] = targets(report)
+        shutil.rmtree(workdir, ignore_errors=True)
+    out = opts.json or ROOT / "bench" / "results.json"
+    Path(out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    print_summary(report)
+    print(f"\nreport: {out}  ({report['elapsed_s']} s)")
+    return 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3, help="repetitions of each latency measurement (default 3)")
+    p.add_argument("--json", type=Path, help="write the report here (default bench/results.json)")
+    p.add_argument("--skip-venv", action="store_true", help="skip the fresh-venv install size (slow, needs PyPI)")
+    p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="whisper model file (default tiny.en)")
+    p.add_argument("--threads", type=int, default=2, help="whisper threads (default 2)")
+    p.add_argument("--silence-ms", type=int, default=1000, help="silence_ms for every stop-on-silence call")
+    p.add_argument("--lengths", default="2s,5s,20s", help="utterances for voice_query (2s,5s,20s)")
+    opts = p.parse_args(argv)
+    if not opts.model.is_file():
+        p.error(f"whisper model {opts.model} not found (set MCP_LISTEN_TEST_MODEL or pass --model)")
+    return opts
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def section(name: str, fn: Any) -> None:
+    t = time.monotonic()
+    print(f"[{name}] ...", flush=True)
+    fn()
+    print(f"[{name}] done in {time.monotonic() - t:.0f} s", flush=True)
+
+
+def run_startup(rig: Rig, opts: argparse.Namespace, workdir: Path, report: dict) -> None:
+    env = rig.env()
+    report["startup"] = startup.measure(env, runs=max(5, 2 * opts.runs))
+    report["startup"]["imports"] = startup.import_check(env, workdir)
+    report["list_audio_devices"] = {"in_process": footprint.rescan_cost(env)}
+
+
+def run_session(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
+    """One server: idle RSS, device listing, VAD CPU, RSS after captures, stop latency."""
+    server = rig.server()
+    try:
+        rss = {"idle": footprint.idle_rss(server)}
+        report["list_audio_devices"].update(footprint.list_devices(server, calls=10))
+        rss["after_list_devices"] = footprint.idle_rss(server)
+        report["vad_cpu"] = footprint.vad_cpu(server)
+        rss["after_capture"] = footprint.idle_rss(server)
+        report["rss"] = rss
+        rig.start_monitor()
+        runs = [
+            latency.capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{clip.name}")
+            for r in range(opts.runs)
+            for clip in clips.stop_clips(opts.silence_ms)
+        ]
+    finally:
+        latency.close_server(server)
+    report["stop"] = {
+        "runs": runs,
+        "stop_latency_ms": summary(r["stop_latency_ms"] for r in runs),
+        "rec_end_to_result_ms": summary(r["rec_end_to_result_ms"] for r in runs),
+        "finished_notice_to_result_ms": summary(r["finished_notice_to_result_ms"] for r in runs),
+        "speech_end_to_result_minus_silence_ms": summary(r["speech_end_to_result_minus_silence_ms"] for r in runs),
+        "play_start_latency_ms": summary(r["play_start_latency_ms"] for r in runs),
+        "clips": [c.public() for c in clips.stop_clips(opts.silence_ms)],
+    }
+
+
+def models(opts: argparse.Namespace) -> dict[str, Path]:
+    """tiny.en (given) and base.en when a real one is present next to it or in ~/.mcp-listen/models."""
+    found = {opts.model.name.removeprefix("ggml-").removesuffix(".bin"): opts.model}
+    for folder in (opts.model.parent, Path.home() / ".mcp-listen" / "models"):
+        base = folder / "ggml-base.en.bin"
+        if base.is_file() and base.stat().st_size > BASE_MIN_BYTES:
+            found["base.en"] = base
+            break
+    return found
+
+
+def run_voice(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
+    """Per model and length: a fresh server, a cold call then a warm call, `runs` times."""
+    utterances = clips.utterance_clips(opts.silence_ms)
+    lengths = [x.strip() for x in opts.lengths.split(",") if x.strip()]
+    out: dict[str, Any] = {"clips": {n: utterances[n].public() for n in lengths}, "models": {}}
+    report["base_en"] = "measured" if "base.en" in models(opts) else "not measured: no ggml-base.en.bin on this machine"
+    rss_model = []
+    for model_name, model_path in models(opts).items():
+        per: dict[str, dict[str, list]] = {n: {"cold": [], "warm": []} for n in lengths}
+        if model_path.parent != rig.model_dir:
+            rig.model_dir = model_path.parent
+        for r in range(opts.runs):
+            for name in lengths:
+                server = rig.server()
+                try:
+                    for kind in ("cold", "warm"):
+                        token = f"vq-{model_name}-{name}-{r}-{kind}"
+                        per[name][kind].append(
+                            latency.voice_query(rig, server, utterances[name], opts.silence_ms, model_path.name, token)
+                        )
+                    if model_name.startswith("tiny"):
+                        rss_model.append(server.stats)
+                finally:
+                    latency.close_server(server)
+        out["models"][model_name] = {
+            name: {
+                kind: {
+                    "post_speech_ms": summary(x["post_speech_ms"] for x in runs),
+                    "finished_notice_to_result_ms": summary(x["finished_notice_to_result_ms"] for x in runs),
+                    "speech_end_to_finished_notice_minus_silence_ms": summary(
+                        x["speech_end_to_finished_notice_minus_silence_ms"] for x in runs
+                    ),
+                    "wer": summary((x["wer"] for x in runs), digits=3),
+                    "runs": runs,
+                }
+                for kind, runs in kinds.items()
+            }
+            for name, kinds in per.items()
+        }
+    report["voice_query"] = out
+    if rss_model:
+        report.setdefault("rss", {})["with_tiny_en_loaded"] = {
+            "rss_mb": round(max(s["VmRSS"] for s in rss_model), 1),
+            "peak_mb": round(max(s["VmHWM"] for s in rss_model), 1),
+        }
+
+
+def run_wer(opts: argparse.Namespace, report: dict) -> None:
+    """Whole-recording transcription of the same clips, in this process, with the project's code."""
+    from mcp_listen import transcriber as T
+
+    from rig import RATE, audio_assets as A
+
+    tr = T.Transcriber(threads=opts.threads)
+    tr.load(opts.model)
+    out: dict[str, Any] = {}
+    for name, clip in clips.utterance_clips(opts.silence_ms).items():
+        samples = A.read_wav(clip.path)
+        start = max(0, clip.first_loud - RATE)  # the pipeline's ~1 s pre-roll
+        end = clip.last_loud + int(0.3 * RATE)  # and its 300 ms after the speech
+        audio = T.condition(samples[start:end])
+        t = time.perf_counter()
+        text = tr.transcribe(audio, path=opts.model)
+        elapsed = (time.perf_counter() - t) * 1000
+        incremental = report.get("voice_query", {}).get("models", {}).get(
+            opts.model.name.removeprefix("ggml-").removesuffix(".bin"), {}
+        ).get(name, {})
+        inc_runs = [x for kind in ("cold", "warm") for x in incremental.get(kind, {}).get("runs", [])]
+        out[name] = {
+            "whole_wer": round(clips.wer(clip.text, text), 3),
+            "whole_transcript": text,
+            "whole_transcribe_ms": round(elapsed, 1),
+            "incremental_wer": summary((x["wer"] for x in inc_runs), digits=3),
+            "incremental_transcripts": sorted({x["transcription"] for x in inc_runs}),
+            "reference": clip.text,
+        }
+    tr.unload()
+    report["wer"] = out
+
+
+# --------------------------------------------------------------------------- machine and targets
+
+
+class CpuBusy:
+    """Share of all CPUs busy (every process, not only ours) between construction and percent()."""
+
+    def __init__(self) -> None:
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    def percent(self) -> float:
+        busy, total = self._read()
+        return round(100 * (busy - self.start[0]) / max(1, total - self.start[1]), 1)
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gb": round(int(mem) / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_start": loadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def config(opts: argparse.Namespace) -> dict[str, Any]:
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("mcp", "pydantic", "numpy", "onnxruntime", "pywhispercpp", "sounddevice", "ollama"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "runs": opts.runs,
+        "model": opts.model.name,
+        "whisper_threads": opts.threads,
+        "silence_ms": opts.silence_ms,
+        "versions": versions,
+    }
+
+
+def targets(report: dict) -> dict[str, Any]:
+    """Each issue target next to the measured figure."""
+    g = report.get
+    out: dict[str, Any] = {}
+    if g("startup"):
+        out["startup_ratio_vs_mcpserver"] = verdict(report["startup"]["ratio_vs_mcpserver"], 1.10)
+        out["startup_ratio_vs_lowlevel"] = verdict(report["startup"]["ratio_vs_lowlevel"], 1.10)
+        out["no_heavy_imports_at_startup"] = {"ok": report["startup"]["imports"]["ok"]}
+    if g("list_audio_devices", {}).get("never_loads_a_model") is not None:
+        out["list_audio_devices_loads_no_model"] = {"ok": report["list_audio_devices"]["never_loads_a_model"]}
+    if g("stop"):
+        out["stop_latency_median_ms"] = verdict(report["stop"]["stop_latency_ms"]["median"], 100)
+        out["rec_end_to_result_median_ms"] = verdict(report["stop"]["rec_end_to_result_ms"]["median"], 30)
+    for model, lengths in (g("voice_query") or {}).get("models", {}).items():
+        if not model.startswith("tiny"):
+            continue
+        warm = {n: v["warm"]["post_speech_ms"].get("median") for n, v in lengths.items()}
+        for n, value in warm.items():
+            out[f"post_speech_warm_{n}_median_ms"] = verdict(value, 250)
+        if "2s" in warm and "20s" in warm and warm["2s"] is not None and warm["20s"] is not None:
+            out["post_speech_flat_20s_minus_2s_ms"] = verdict(warm["20s"] - warm["2s"], 50)
+    if g("vad_cpu"):
+        out["vad_cpu_pct_of_core"] = verdict(report["vad_cpu"]["vad_cpu_pct_of_core"], 1.0)
+    rss = g("rss") or {}
+    if "idle" in rss:
+        out["rss_idle_mb"] = verdict(rss["idle"]["rss_mb"], 70)
+    if "with_tiny_en_loaded" in rss:
+        out["rss_with_tiny_en_mb"] = verdict(rss["with_tiny_en_loaded"]["rss_mb"], 250)
+    return out
+
+
+def print_summary(report: dict) -> None:
+    m = report["machine"]
+    print(f"\nmachine: {m['nproc']} x {m['cpu']}, load {m['loadavg_start']} -> {m.get('loadavg_end')}, "
+          f"all-CPU busy during run {m.get('cpu_busy_during_run_pct')} %")  # fmt: skip
+    s = report.get("startup")
+    if s:
+        print(f"startup  mcp-listen {fmt(s['mcp_listen'])}; bare lowlevel {fmt(s['bare_lowlevel'])}; "
+              f"bare MCPServer {fmt(s['bare_mcpserver'])}; ratio {s['ratio_vs_lowlevel']} / {s['ratio_vs_mcpserver']}; "
+              f"heavy imports: {s['imports']['heavy_modules_imported'] or 'none'}")  # fmt: skip
+    d = report.get("list_audio_devices")
+    if d and "later_calls" in d:
+        print(f"list_audio_devices  first {d['first_call_ms']} ms, then {fmt(d['later_calls'])}; "
+              f"get_status {fmt(d['get_status_rtt'])}; in-process rescan {d['in_process']}")  # fmt: skip
+    st = report.get("stop")
+    if st:
+        print(f"stop latency {fmt(st['stop_latency_ms'])}; recording end -> result {fmt(st['rec_end_to_result_ms'])}; "
+              f"'Recording finished' notice -> result {fmt(st['finished_notice_to_result_ms'])}")  # fmt: skip
+    for model, lengths in (report.get("voice_query") or {}).get("models", {}).items():
+        for name, kinds in lengths.items():
+            for kind, v in kinds.items():
+                print(f"voice_query {model} {name:>3} {kind}: post-speech {fmt(v['post_speech_ms'])}, WER {v['wer'].get('median')}")
+    for name, w in (report.get("wer") or {}).items():
+        print(f"WER {name}: incremental {w['incremental_wer'].get('median')} vs whole {w['whole_wer']} "
+              f"(whole transcribe {w['whole_transcribe_ms']} ms)")  # fmt: skip
+    if report.get("vad_cpu"):
+        print(f"VAD CPU {report['vad_cpu']}; per window {report.get('vad_per_window')}")
+    if report.get("rss"):
+        print(f"RSS {report['rss']}")
+    if report.get("venv_size"):
+        print(f"venv {report['venv_size']}")
+    print("targets:")
+    for name, v in report["targets"].items():
+        print(f"  {'PASS' if v.get('ok') else 'MISS' if v.get('ok') is False else '  - '} {name}: {v.get('value')} (target {v.get('target')})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
