@@ -11,6 +11,9 @@ line costs several times its size in memory (measured: a 64 MiB line raised the
 peak RSS by 226 MB). `BoundedLines` reads the wire instead: a line longer than
 MAX_LINE_BYTES is read through in small pieces and dropped with a warning (no
 reply, as for any line that is not JSON-RPC), and the server keeps serving.
+
+The SDK's own loggers stay at INFO or above: at DEBUG they echo inbound frames they drop,
+and a frame can hold a prompt.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def serve(settings: Settings) -> int:
         from mcp_listen.cli import WAITING_HINT
 
         print(WAITING_HINT, file=sys.stderr, flush=True)
+    _keep_frames_out_of_logs()
     engine = Engine(settings)
     threading.Thread(target=_sweep, args=(settings,), name="mcp-listen-sweep", daemon=True).start()
     _install_signal_handlers(engine)
@@ -53,6 +57,14 @@ def serve(settings: Settings) -> int:
         _exit_after_cleanup(engine, 128 + signal.SIGINT)
     _exit_after_cleanup(engine, 0)
     return 0
+
+
+def _keep_frames_out_of_logs() -> None:
+    """The SDK logs inbound frames it drops (unparseable, or sent before initialize) at DEBUG, and a
+    frame can hold a prompt: its loggers stay at INFO or above even when mcp-listen logs DEBUG."""
+    sdk = logging.getLogger("mcp")
+    if sdk.getEffectiveLevel() < logging.INFO:
+        sdk.setLevel(logging.INFO)
 
 
 def claim_stdin() -> BinaryIO:

@@ -179,6 +179,31 @@ def speech_clip() -> Path:
     return A.concat([A.silence(200), A.speech("please tell me a short story about a lighthouse keeper"), A.silence(400)])
 
 
+STORY = (
+    "the lighthouse keeper climbed the stairs every evening to light the great lamp and watch the ships "
+    "come home across the grey water while the wind sang in the windows and the gulls called over the rocks"
+)
+
+
+@contextmanager
+def long_transcription(vmic, w: Wire, model_path: Path, token: str) -> Iterator[dict[str, Any]]:
+    """A transcribe_voice call that is inside whisper.cpp when the block body runs.
+
+    8 s of speech without a pause (so no phrase was transcribed during the recording) and a
+    server on one whisper thread: the final transcription takes ~0.5-1 s after "Transcribing".
+    """
+    request = w.start("transcribe_voice", {"duration_ms": 8000, "stop_on_silence": False,
+                                           "whisper_model": str(model_path)}, progressToken=token)
+    w.wait_recording(min_elapsed_ms=0)
+    player = vmic.play(A.speech(STORY), block=False)
+    try:
+        w.wait_progress(token, "Transcribing")
+        yield request
+    finally:
+        player.kill()
+        player.wait()
+
+
 @pytest.fixture
 def rec_dir(tmp_path: Path) -> Path:
     return tmp_path / "recordings"
@@ -243,16 +268,9 @@ async def test_client_timeout_cancels_the_recording(env, rec_dir):
 def test_cancel_during_transcription_stops_waiting(env, vmic, rec_dir, model_path):
     """whisper.cpp cannot be interrupted mid-call: the cancelled call is dropped at once, the
     microphone is already free, and the next transcription waits for the running one to end."""
-    with wire(env) as w:
-        request = w.start(
-            "transcribe_voice",
-            {"duration_ms": 6000, "stop_on_silence": False, "whisper_model": str(model_path)},
-            progressToken="t1",
-        )
-        w.wait_recording(min_elapsed_ms=0)
-        vmic.play(speech_clip())
-        w.wait_progress("t1", "Transcribing")
-        w.cancel(request["id"])
+    with wire({**env, "MCP_LISTEN_WHISPER_THREADS": "1"}) as w:
+        with long_transcription(vmic, w, model_path, "t1") as request:
+            w.cancel(request["id"])
         assert w.status()["recording"] is False
         free = w.call("capture_audio", {"duration_ms": 300})
         assert not free.get("isError"), free["content"][0]["text"]
@@ -268,6 +286,8 @@ def test_cancel_during_transcription_stops_waiting(env, vmic, rec_dir, model_pat
 
 
 def test_cancel_during_the_ollama_request_stops_waiting(env, vmic, ollama, rec_dir, model_path):
+    """The cancelled call is dropped and the next one is answered. Limit (README): the abandoned
+    HTTP read itself lingers in a daemon thread until Ollama answers or MCP_LISTEN_OLLAMA_TIMEOUT_S."""
     ollama.mode = "hang"
     with wire(env) as w:
         request = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500}, progressToken="q")
@@ -323,15 +343,13 @@ def test_shutdown_during_a_recording(env, rec_dir, model_path, tmp_path, tool, h
 
 
 def test_sigterm_during_transcription_exits_in_time(env, vmic, model_path, rec_dir):
-    with wire(env) as w:
-        w.start("transcribe_voice", {"duration_ms": 6000, "stop_on_silence": False,
-                                     "whisper_model": str(model_path)}, progressToken="t")
-        w.wait_recording(min_elapsed_ms=0)
-        vmic.play(speech_clip())
-        w.wait_progress("t", "Transcribing")
-        began = _stop(w.server, "sigterm")
-        code = w.server.wait_exit(10)
-        took = time.monotonic() - began
+    with wire({**env, "MCP_LISTEN_WHISPER_THREADS": "1"}) as w:
+        with long_transcription(vmic, w, model_path, "t") as request:
+            began = _stop(w.server, "sigterm")
+            code = w.server.wait_exit(10)
+            took = time.monotonic() - began
+        time.sleep(0.2)
+        assert request["id"] not in w.responses, "the transcription ended before the signal: nothing was tested"
     assert code == 143 and took <= EXIT_S
     assert files_in(rec_dir) == []
 
@@ -467,25 +485,26 @@ def test_a_huge_line_without_newline_then_eof_exits_cleanly(env):
 
 
 @pytest.mark.soak
-def test_soak(vmic, tmp_path):
-    """bench/soak.py: 200 captures + 50 voice_query calls in one server, figures on stdout."""
+def test_soak(tmp_path):
+    """bench/soak.py: 200 captures + 50 voice_query calls in one server process (its own virtual
+    microphone and loopback Ollama); the figures are printed and bounded here."""
     out = tmp_path / "soak.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "soak.py"), "--json", str(out)],
-        cwd=REPO,
-        env={**os.environ, **vmic.env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads(out.read_text())
     print("\n" + done.stdout)
-    assert figures["captures_ok"] == figures["captures"] == 200
-    assert figures["queries_answered"] == figures["queries"] == 50
+    assert figures["failures"] == []
+    assert figures["captures_ok"] == 200
+    assert figures["queries_answered"] >= 40, "most 1 s slices of continuous speech must reach Ollama"
+    assert figures["ollama_requests"] == figures["queries_answered"]
     assert figures["leftover_files"] == [] and figures["unreported_files"] == []
-    assert figures["rss_growth_kb"] < 40 * 1024
-    assert figures["threads_end"] <= figures["threads_warm"] + 2
-    assert figures["fds_end"] <= figures["fds_warm"] + 2
+    assert figures["rss_capture_growth_kb"] < 8 * 1024
+    assert figures["rss_query_growth_kb"] < 16 * 1024
+    capture_warm, capture_end, query_warm, end = figures["threads"]
+    assert capture_end <= capture_warm + 1 and end <= query_warm + 1, figures["threads"]
+    capture_warm, capture_end, query_warm, end = figures["fds"]
+    assert capture_end <= capture_warm + 1 and end <= query_warm + 1, figures["fds"]
     assert figures["exit_code"] == 0

@@ -1,0 +1,175 @@
+"""Privacy and hygiene, through the real server: what the logs never contain, what stdout carries,
+who can read recordings, and what the 24 h sweep may delete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+import audio_assets as A
+from rpc import server_env
+from test_reliability import assert_only_json_rpc, files_in, wire
+
+SAID = "purple giraffes are dancing in zanzibar tonight"
+SAID_WORDS = ["purple", "giraffe", "zanzibar", "dancing", "tonight"]
+PROMPT = "You are Marmaduke the quokka; answer in rhymes."
+PROMPT_WORDS = ["marmaduke", "quokka", "rhymes"]
+REPLY = "Saffron platypus juggles nectarines."
+REPLY_WORDS = ["saffron", "platypus", "nectarine"]
+
+
+def said_clip() -> Path:
+    return A.concat([A.silence(300), A.speech(SAID), A.silence(1500)])
+
+
+def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_path, model_path):
+    rec_dir = tmp_path / "recordings"
+    log = tmp_path / "stderr.log"
+    ollama.reply = REPLY
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url,
+                     MCP_LISTEN_LOG_LEVEL="DEBUG")
+    results = {}
+    with wire(env, stderr_path=log) as w:
+        # a frame the SDK cannot parse, holding a prompt: it must not be echoed either
+        w.server.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": '
+                                  b'"voice_query", "arguments": {"prompt": "Marmaduke the quokka"}\n')
+        w.server.proc.stdin.flush()
+        results["list"] = w.call("list_audio_devices")
+        results["status"] = w.call("get_status")
+        for tool, args in [
+            ("capture_audio", {"duration_ms": 4000}),
+            ("transcribe_voice", {"whisper_model": str(model_path), "silence_ms": 500}),
+            ("voice_query", {"whisper_model": str(model_path), "silence_ms": 500, "prompt": PROMPT}),
+        ]:
+            request = w.start(tool, args, progressToken=tool)
+            w.wait_recording(min_elapsed_ms=0)
+            vmic.play(said_clip())
+            results[tool] = w.wait(request["id"], 60)["result"]
+        ollama.mode = "500"
+        failing = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500, "prompt": PROMPT})
+        w.wait_recording(min_elapsed_ms=0)
+        vmic.play(said_clip())
+        results["failing"] = w.wait(failing["id"], 60)["result"]
+        w.server.close_stdin()
+        assert w.server.wait_exit(10) == 0
+        lines = list(w.server.lines)
+    for name, result in results.items():
+        assert result.get("isError") == (name == "failing"), (name, result)
+    heard = results["transcribe_voice"]["structuredContent"]["transcription"].lower()
+    heard_words = [word for word in SAID_WORDS if word in heard]
+    assert len(heard_words) >= 3, f"the test needs the words to be transcribed: {heard!r}"
+    assert "platypus" in results["voice_query"]["structuredContent"]["response"].lower()
+    assert ollama.requests[-1]["messages"][0]["content"] == PROMPT
+    wav = Path(results["capture_audio"]["structuredContent"]["path"])
+    assert wav.is_file()
+
+    text = log.read_text(errors="replace")
+    lowered = text.lower()
+    assert "whisper model" in lowered and len(text) > 500, "DEBUG logging must have produced output"
+    leaked = [w for w in heard_words + PROMPT_WORDS + REPLY_WORDS if w in lowered]
+    assert not leaked, f"the log contains {leaked}"
+    for needle in (str(wav), wav.name, str(rec_dir)):
+        assert needle not in text, f"the log contains the audio path {needle}"
+    assert_only_json_rpc(lines)
+    notes = [json.loads(line) for line in lines if b'"method"' in line]
+    assert notes and all(n["method"] == "notifications/progress" for n in notes)
+
+
+# ======================================================================================== recordings
+
+
+def test_default_folder_is_private_whatever_the_umask(vmic, tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = server_env(vmic.env, TMPDIR=str(temp))
+    env.pop("MCP_LISTEN_RECORDINGS_DIR", None)
+    old = os.umask(0)  # the child inherits the most permissive umask there is
+    try:
+        with wire(env) as w:
+            result = w.call("capture_audio", {"duration_ms": 300})
+    finally:
+        os.umask(old)
+    assert not result.get("isError"), result["content"][0]["text"]
+    path = Path(result["structuredContent"]["path"])
+    folder = path.parent
+    assert folder.parent == temp and folder.name.startswith("mcp-listen-")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and folder.stat().st_uid == os.getuid()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_uid == os.getuid()
+
+
+def _default_folder(temp: Path) -> Path:
+    import getpass
+
+    return temp / f"mcp-listen-{getpass.getuser()}"
+
+
+@pytest.mark.parametrize("planted", ["other owner", "symlink"])
+def test_a_default_folder_planted_by_someone_else_is_refused(vmic, tmp_path, planted):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    folder = _default_folder(temp)
+    target = tmp_path / "attacker"
+    target.mkdir(mode=0o777)
+    if planted == "other owner":
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to another user needs root")
+        folder.mkdir(mode=0o777)
+        os.chown(folder, 65534, 65534)
+    else:
+        folder.symlink_to(target, target_is_directory=True)
+    env = server_env(vmic.env, TMPDIR=str(temp))
+    env.pop("MCP_LISTEN_RECORDINGS_DIR", None)
+    with wire(env) as w:
+        result = w.call("capture_audio", {"duration_ms": 300})
+        assert w.status()["recording"] is False
+    error = result["structuredContent"]["error"]
+    assert result["isError"] and error["code"] == "storage_error", error
+    assert "MCP_LISTEN_RECORDINGS_DIR" in error["message"]
+    assert files_in(target) == []
+    if planted == "other owner":
+        assert files_in(folder) == []
+
+
+def test_server_start_sweeps_only_old_recordings(vmic, tmp_path):
+    rec_dir = tmp_path / "recordings"
+    rec_dir.mkdir()
+    outside = tmp_path / "outside.wav"
+    outside.write_bytes(b"RIFF outside")
+    old_recording = rec_dir / "mcp-listen-1700000000000.wav"
+    fresh_recording = rec_dir / "mcp-listen-1700000000001.wav"
+    keep = {
+        "fresh recording": fresh_recording,
+        "other name": rec_dir / "notes.wav",
+        "look-alike": rec_dir / "mcp-listen-1700000000002.wav.bak",
+        "not digits": rec_dir / "mcp-listen-abc.wav",
+        "prefixed": rec_dir / "x-mcp-listen-1700000000003.wav",
+    }
+    for path in [old_recording, *keep.values()]:
+        path.write_bytes(b"RIFF")
+    link = rec_dir / "mcp-listen-1700000000004.wav"
+    link.symlink_to(outside)
+    folder_named_like_one = rec_dir / "mcp-listen-1700000000005.wav"
+    folder_named_like_one.mkdir()
+    (folder_named_like_one / "inside.txt").write_text("x")
+    day_ago = time.time() - 25 * 3600
+    for path in [old_recording, outside, folder_named_like_one, *[p for k, p in keep.items() if k != "fresh recording"]]:
+        os.utime(path, (day_ago, day_ago))
+    os.utime(link, (day_ago, day_ago), follow_symlinks=False)
+
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir))
+    with wire(env) as w:
+        w.call("get_status")
+        deadline = time.monotonic() + 10
+        while old_recording.exists():
+            assert time.monotonic() < deadline, "the startup sweep did not remove the old recording"
+            time.sleep(0.05)
+    for name, path in keep.items():
+        assert path.exists(), f"the sweep deleted the {name}"
+    assert link.is_symlink() and outside.read_bytes() == b"RIFF outside"
+    assert (folder_named_like_one / "inside.txt").exists()
