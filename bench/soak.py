@@ -13,7 +13,7 @@ One `python -m mcp_listen` child, driven over raw JSON-RPC, with a private virtu
 Reported (stdout, and as JSON with --json): the child's VmRSS after a warm-up (20 captures and
 5 queries) and at the end, its peak (VmHWM), thread count (/proc/PID/task) and open file
 descriptors (/proc/PID/fd, where every open audio stream shows up as sockets/pipes) at the same
-moments, files in the recordings folder that no call reported, and the exit code after stdin
+moments, VmRSS every 20 captures and every 10 queries (rss_trace_kb), files in the recordings folder that no call reported, and the exit code after stdin
 closes. tests/test_reliability.py::test_soak runs this and asserts the bounds.
 """
 
@@ -106,9 +106,12 @@ def run(captures: int, queries: int) -> dict[str, Any]:
             reported: set[str] = set()
             failures: list[str] = []
             points: dict[str, dict[str, int]] = {}
+            trace: list[int] = []
             for n in range(captures):
                 if n == min(WARM_CAPTURES, captures - 1):
                     points["capture_warm"] = settle(pid)
+                if n % 20 == 0:
+                    trace.append(proc_figures(pid)["VmRSS"])
                 result = call(server, "capture_audio", {"duration_ms": 100})
                 if result.get("isError"):
                     failures.append(result["content"][0]["text"])
@@ -124,6 +127,8 @@ def run(captures: int, queries: int) -> dict[str, Any]:
                 for n in range(queries):
                     if n == min(WARM_QUERIES, queries - 1):
                         points["query_warm"] = settle(pid)
+                    if n % 10 == 0:
+                        trace.append(proc_figures(pid)["VmRSS"])
                     result = call(server, "voice_query", {"duration_ms": 1000, "stop_on_silence": False,
                                                           "whisper_model": str(model)})
                     if result.get("isError"):
@@ -139,7 +144,7 @@ def run(captures: int, queries: int) -> dict[str, Any]:
             points["end"] = settle(pid)
             server.close_stdin()
             figures["exit_code"] = server.wait_exit(10)
-        figures.update(_growth(points), failures=failures[:5])
+        figures.update(_growth(points), rss_trace_kb=trace, failures=failures[:5])
     files = set(os.listdir(rec_dir)) if rec_dir.exists() else set()
     figures["leftover_files"] = sorted(files - reported)
     figures["unreported_files"] = sorted(reported - files)

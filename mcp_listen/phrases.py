@@ -60,28 +60,38 @@ class PhraseWorker:
 
 
 class PhraseCutter:
-    """Decides where phrases end, from the endpointer's view of speech and pauses.
+    """Decides where phrases end, from the VAD's window probabilities.
 
-    A cut is made once a pause has lasted `pause_ms` and the phrase so far is at
-    least `min_phrase_ms` long (short pieces transcribe worse than whole sentences).
+    A phrase ends at a pause: `pause_ms` of windows that are clearly quiet (below
+    `quiet_below`, the silence threshold; the hysteresis band between silence and speech
+    thresholds often holds a soft syllable, so it never counts). The cut is placed
+    `lead_ms` after the pause began, so the next phrase starts inside the pause, never in
+    a word. A phrase must be at least `min_phrase_ms` long: short pieces transcribe worse.
     """
 
-    def __init__(self, *, pause_ms: int = 250, min_phrase_ms: int = 2500, window_ms: float = 32.0) -> None:
+    def __init__(
+        self,
+        *,
+        pause_ms: int = 250,
+        lead_ms: int = 96,
+        min_phrase_ms: int = 2500,
+        quiet_below: float = 0.35,
+        window_ms: float = 32.0,
+    ) -> None:
         self.pause_windows = max(1, round(pause_ms / window_ms))
+        self.lead_windows = max(0, min(self.pause_windows, round(lead_ms / window_ms)))
         self.min_windows = max(1, round(min_phrase_ms / window_ms))
+        self.quiet_below = quiet_below
         self.start_window = 0
-        self._cut_this_pause = False
+        self._quiet_run = 0
 
-    def update(self, window_index: int, speech_detected: bool, silence_windows: int) -> tuple[int, int] | None:
+    def update(self, window_index: int, speech_detected: bool, probability: float) -> tuple[int, int] | None:
         """Call after each window; returns (start, end) window indexes of a finished phrase, or None."""
-        if silence_windows == 0:
-            self._cut_this_pause = False
+        self._quiet_run = self._quiet_run + 1 if probability < self.quiet_below else 0
+        if not speech_detected or self._quiet_run != self.pause_windows:
             return None
-        if not speech_detected or self._cut_this_pause or silence_windows < self.pause_windows:
-            return None
-        end = window_index + 1
+        end = window_index + 1 - self._quiet_run + self.lead_windows
         if end - self.start_window < self.min_windows:
             return None
         start, self.start_window = self.start_window, end
-        self._cut_this_pause = True
         return start, end

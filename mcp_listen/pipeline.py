@@ -431,7 +431,7 @@ class _Tracker:
             speaking = self.endpointer.speech_detected and probability >= 0.5
             self._note_events()
             if self._cutter is not None:
-                self._keep(window)
+                self._keep(window, probability)
         if self.meter is not None:
             self.meter(window, speaking)
         if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
@@ -460,11 +460,10 @@ class _Tracker:
         if last is not None:
             self.speech_end_frame = (last + 1) * WINDOW
 
-    def _keep(self, window: "np.ndarray") -> None:
+    def _keep(self, window: "np.ndarray", probability: float) -> None:
         """Keep the audio for phrase cuts; hand each finished phrase to the worker."""
         self._kept.append(window.copy())
-        silence_windows = round(self.endpointer.silence_ms / self.endpointer.config.window_ms)
-        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, silence_windows)
+        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability)
         if cut is not None:
             import numpy as np
 

@@ -410,11 +410,12 @@ def usable_text(raw: str) -> str | None:
 def audio_ctx_for(n_samples: int) -> int:
     """Encoder context for a clip: whisper.cpp's 30 s window shrunk to the audio, with margin.
 
-    1 ctx = 20 ms. A tight fit (ceil(seconds*50)) made tiny.en loop on a 2.6 s clip, so round
-    up to a multiple of 64 and add 128 (2.56 s). 0 = whisper.cpp's default full window.
+    1 ctx = 20 ms. A tight fit (ceil(seconds*50)) made tiny.en loop on a 2.6 s clip, and a
+    2.6 s phrase at 256 repeated its own text; from 384 up the same phrases came out right.
+    So: round up to a multiple of 64, add 192 (3.84 s), at least 384. 0 = the full window.
     """
     frames = -(-n_samples // (SAMPLE_RATE // 50))
-    ctx = -(-frames // 64) * 64 + 128
+    ctx = max(384, -(-frames // 64) * 64 + 192)
     return 0 if ctx >= 1500 else ctx
 
 
@@ -517,6 +518,7 @@ class Transcriber:
             print_timestamps=False,
             n_threads=self.threads,
             audio_ctx=audio_ctx_for(audio.size),
+            temperature_inc=0.0,  # no temperature fallback: on a near-silent phrase it retried for 50 s
         )
         try:
             with _whisper_log(pw) as lines:

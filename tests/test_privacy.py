@@ -67,7 +67,7 @@ def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_pat
     assert "platypus" in results["voice_query"]["structuredContent"]["response"].lower()
     assert ollama.requests[-1]["messages"][0]["content"] == PROMPT
     wav = Path(results["capture_audio"]["structuredContent"]["path"])
-    assert wav.is_file()
+    assert files_in(rec_dir) == [wav.name], "transcribe_voice and voice_query must keep no audio on disk"
 
     text = log.read_text(errors="replace")
     lowered = text.lower()

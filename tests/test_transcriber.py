@@ -108,12 +108,13 @@ def test_audio_ctx_timing(loaded: T.Transcriber, model_path: Path, jfk: np.ndarr
 
 
 def test_audio_ctx_covers_the_clip() -> None:
-    assert T.audio_ctx_for(int(2.6 * 16000)) == 320
-    assert T.audio_ctx_for(11 * 16000) == 704
-    assert T.audio_ctx_for(16000) == 192
+    assert T.audio_ctx_for(int(2.6 * 16000)) == 384
+    assert T.audio_ctx_for(int(5.4 * 16000)) == 512
+    assert T.audio_ctx_for(11 * 16000) == 768
+    assert T.audio_ctx_for(16000) == 384
     for n in (1, 16000, 100_000, 400_000):
         ctx = T.audio_ctx_for(n)
-        assert ctx == 0 or ctx * 320 >= n + 128 * 320
+        assert ctx == 0 or ctx * 320 >= n + 192 * 320
     assert T.audio_ctx_for(30 * 16000) == 0
 
 
