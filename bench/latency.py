@@ -126,3 +126,45 @@ def close_server(server: TimedServer) -> None:
     except Exception:  # noqa: BLE001
         pass
     server.stop()
+
+
+def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
+    """Offline replay of the endpointer on the clips, at `phases` window alignments.
+
+    Capture is bit-exact, so replaying a clip through SileroVAD + Endpointer in this process
+    gives the decisions the server makes live for the same alignment. Splits the stop latency
+    into Silero's own decay (last loud sample -> end of the last window >= 0.5) and what the
+    endpointer adds (rounding silence_ms up to whole windows, hysteresis).
+    """
+    import numpy as np
+
+    from clips import STOP_SENTENCES, UTTERANCES
+    from mcp_listen.endpoint import EndpointConfig, Endpointer
+    from mcp_listen.vad import SileroVAD
+    from stats import summary
+
+    vad = SileroVAD()
+    decay, stop = [], []
+    texts = list(STOP_SENTENCES) + [s for sentences in UTTERANCES.values() for s in sentences]
+    for text in texts:
+        speech = A.read_wav(A.speech(text))
+        last = A.last_loud_sample(speech)
+        for phase in range(0, 512, 512 // phases):
+            lead = phase + RATE // 4
+            audio = np.concatenate([np.zeros(lead, np.int16), speech, np.zeros(2 * RATE + silence_ms * 16, np.int16)])
+            vad.reset()
+            endpointer = Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000))
+            for w in range(len(audio) // 512):
+                if endpointer.feed(vad.probability(audio[w * 512 : (w + 1) * 512])):
+                    break
+            speech_end = lead + last + 1
+            stop.append(((w + 1) * 512 - speech_end) * 1000 / RATE - silence_ms)
+            decay.append(((endpointer.last_speech_window + 1) * 512 - speech_end) * 1000 / RATE)
+    overshoot = -(-silence_ms // 32) * 32 - silence_ms
+    return {
+        "stop_latency_ms": summary(stop),
+        "silero_decay_ms": summary(decay),
+        "rounding_overshoot_ms": overshoot,
+        "sentences": len(texts),
+        "phases": phases,
+    }

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         section("voice_query", lambda: run_voice(rig, opts, report))
         section("wer", lambda: run_wer(opts, report))
         report["vad_per_window"] = footprint.vad_per_window()
+        report["stop_floor"] = latency.stop_floor(opts.silence_ms)
         if not opts.skip_venv:
             section("venv", lambda: report.__setitem__("venv_size", footprint.venv_size(workdir)))
     finally:
@@ -196,17 +197,19 @@ def run_wer(opts: argparse.Namespace, report: dict) -> None:
         start = max(0, clip.first_loud - RATE)  # the pipeline's ~1 s pre-roll
         end = clip.last_loud + int(0.3 * RATE)  # and its 300 ms after the speech
         audio = T.condition(samples[start:end])
-        t = time.perf_counter()
-        text = tr.transcribe(audio, path=opts.model)
-        elapsed = (time.perf_counter() - t) * 1000
+        texts, times = [], []
+        for _ in range(max(1, opts.runs)):
+            t = time.perf_counter()
+            texts.append(tr.transcribe(audio, path=opts.model))
+            times.append((time.perf_counter() - t) * 1000)
         incremental = report.get("voice_query", {}).get("models", {}).get(
             opts.model.name.removeprefix("ggml-").removesuffix(".bin"), {}
         ).get(name, {})
         inc_runs = [x for kind in ("cold", "warm") for x in incremental.get(kind, {}).get("runs", [])]
         out[name] = {
-            "whole_wer": round(clips.wer(clip.text, text), 3),
-            "whole_transcript": text,
-            "whole_transcribe_ms": round(elapsed, 1),
+            "whole_wer": summary((clips.wer(clip.text, t) for t in texts), digits=3),
+            "whole_transcripts": sorted(set(texts)),
+            "whole_transcribe_ms": summary(times),
             "incremental_wer": summary((x["wer"] for x in inc_runs), digits=3),
             "incremental_transcripts": sorted({x["transcription"] for x in inc_runs}),
             "reference": clip.text,
@@ -328,8 +331,12 @@ def print_summary(report: dict) -> None:
             for kind, v in kinds.items():
                 print(f"voice_query {model} {name:>3} {kind}: post-speech {fmt(v['post_speech_ms'])}, WER {v['wer'].get('median')}")
     for name, w in (report.get("wer") or {}).items():
-        print(f"WER {name}: incremental {w['incremental_wer'].get('median')} vs whole {w['whole_wer']} "
-              f"(whole transcribe {w['whole_transcribe_ms']} ms)")  # fmt: skip
+        print(f"WER {name}: incremental {w['incremental_wer'].get('median')} vs whole {w['whole_wer'].get('median')} "
+              f"(whole transcription takes {fmt(w['whole_transcribe_ms'])})")  # fmt: skip
+    if report.get("stop_floor"):
+        f = report["stop_floor"]
+        print(f"stop floor (offline replay): stop {fmt(f['stop_latency_ms'])}, Silero decay {fmt(f['silero_decay_ms'])}, "
+              f"rounding {f['rounding_overshoot_ms']} ms")  # fmt: skip
     if report.get("vad_cpu"):
         print(f"VAD CPU {report['vad_cpu']}; per window {report.get('vad_per_window')}")
     if report.get("rss"):

@@ -91,14 +91,14 @@ def settle(pid: int, seconds: float = 1.0) -> dict[str, int]:
     return proc_figures(pid)
 
 
-def run(captures: int, queries: int) -> dict[str, Any]:
+def run(captures: int, queries: int, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     model = model_path()
     rec_dir = Path(tempfile.mkdtemp(prefix="mcp-listen-soak-")) / "recordings"
     clip = A.speech(STORY)
     figures: dict[str, Any] = {"captures": captures, "queries": queries}
     with VirtualMic() as mic, FakeOllama(reply="a short reply") as ollama:
         env = server_env(mic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url,
-                         MCP_LISTEN_LOG_LEVEL="WARNING")
+                         MCP_LISTEN_LOG_LEVEL="WARNING", **(extra_env or {}))
         with RawServer(env) as server:
             server.initialize()
             pid = server.proc.pid
@@ -174,8 +174,10 @@ def main() -> int:
     parser.add_argument("--captures", type=int, default=200)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment for the server, e.g. MALLOC_ARENA_MAX=2")
     opts = parser.parse_args()
-    figures = run(opts.captures, opts.queries)
+    figures = run(opts.captures, opts.queries, dict(item.split("=", 1) for item in opts.server_env))
     for key, value in figures.items():
         print(f"{key:>18}: {value}")
     if opts.json:

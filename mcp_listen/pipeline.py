@@ -300,6 +300,7 @@ class Engine:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
     ) -> dict[str, Any]:
+        threading.Thread(target=_quietly, args=(_import_llm_client,), daemon=True).start()
         heard, text, plan = self.hear_words(args, "voice_query", stop=stop, progress=progress)
         if text is None:
             result = VoiceQueryResult(transcription=None, response=None)
@@ -347,6 +348,11 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     except Exception as exc:  # noqa: BLE001
         log.debug("background model load failed: %s", type(exc).__name__)
+
+
+def _import_llm_client() -> None:
+    """Import the Ollama client while the user talks: on a first call it costs ~0.1 s after they stop."""
+    import ollama  # noqa: F401
 
 
 def _linked(stop: threading.Event | None, shutdown: threading.Event) -> threading.Event:
