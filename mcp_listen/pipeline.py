@@ -102,6 +102,8 @@ class Heard:
         samples = self.recording.samples
         end = len(samples)
         if self.speech_end_frame is not None:
+            if self.speech_end_frame <= self.phrase_start_frame:
+                return None  # the last word is in a phrase already cut: only silence is left
             end = min(end, self.speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000)
         if end <= self.phrase_start_frame:
             return None
