@@ -42,7 +42,7 @@ def serve(settings: Settings) -> int:
     from mcp_listen.pipeline import Engine
     from mcp_listen.server import serve_stdio
 
-    if sys.stdin.isatty():
+    if sys.stdin is not None and sys.stdin.isatty():
         from mcp_listen.cli import WAITING_HINT
 
         print(WAITING_HINT, file=sys.stderr, flush=True)
@@ -75,8 +75,8 @@ def claim_stdin() -> BinaryIO:
     """
     try:
         wire = os.dup(0)
-    except OSError:
-        return sys.stdin.buffer
+    except OSError:  # no stdin at all: serve an empty input, i.e. exit at once
+        return open(os.devnull, "rb")
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

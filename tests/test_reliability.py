@@ -2,7 +2,7 @@
 
 Every fault is injected for real: `notifications/cancelled` and the SDK client's own timeout,
 closing stdin, SIGINT/SIGTERM, requests racing in one write, the sound server dying mid-recording
-(the virtual microphone's daemon is stopped, or frozen with SIGSTOP), a 16 MiB line on stdin.
+(the virtual microphone's daemon is stopped, or frozen with SIGSTOP), a 32 MiB line on stdin.
 Time bounds here are the promises of README "Guarantees and limits", not tighter.
 """
 
@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import anyio
 import pytest
 
 import audio_assets as A
@@ -466,7 +465,7 @@ def test_device_disappearing_mid_recording_then_coming_back(env, vmic, rec_dir):
 
 
 def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
-    size = 16 << 20
+    size = 32 << 20
     log = tmp_path / "stderr.log"
     with wire(env, stderr_path=log) as w:
         w.call("get_status")
@@ -483,7 +482,7 @@ def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
         assert w.server.wait_exit(10) == 0
     grown_peak = (after["VmHWM"] - before["VmHWM"]) * 1024
     grown_rss = (after["VmRSS"] - before["VmRSS"]) * 1024
-    print(f"\n16 MiB line: peak RSS +{grown_peak / 2**20:.1f} MiB, RSS +{grown_rss / 2**20:.1f} MiB")
+    print(f"\n32 MiB line: peak RSS +{grown_peak / 2**20:.1f} MiB, RSS +{grown_rss / 2**20:.1f} MiB")
     assert grown_peak < size / 4, f"peak memory grew by {grown_peak} bytes for a {size}-byte line"
     assert rejected["isError"] and rejected["structuredContent"]["error"]["code"] == "invalid_argument"
     assert "prompt" in rejected["structuredContent"]["error"]["message"]
@@ -522,8 +521,27 @@ def test_soak(tmp_path):
     # growth, ~0.2 MB a call and slowing; tracemalloc shows no Python-level growth)
     assert figures["rss_capture_growth_kb"] < 8 * 1024
     assert figures["rss_query_growth_kb"] < 40 * 1024
+    # a leak per call would add 45 or 180; a pool thread or two may come and go
     capture_warm, capture_end, query_warm, end = figures["threads"]
-    assert capture_end <= capture_warm + 1 and end <= query_warm + 1, figures["threads"]
+    assert capture_end <= capture_warm + 3 and end <= query_warm + 3, figures["threads"]
     capture_warm, capture_end, query_warm, end = figures["fds"]
-    assert capture_end <= capture_warm + 1 and end <= query_warm + 1, figures["fds"]
+    assert capture_end <= capture_warm + 3 and end <= query_warm + 3, figures["fds"]
     assert figures["exit_code"] == 0
+
+
+def test_bounded_lines_keeps_the_limit_exactly():
+    """The reader under the server's stdin (pure part): the limit counts the newline."""
+    import io
+
+    from mcp_listen.lifecycle import BoundedLines
+
+    limit = 64
+    data = b"a" * 63 + b"\n" + b"b" * 64 + b"\n" + b"c" * 10 + b"\n" + b"d" * 1000 + b"\n" + b"e" * 5
+    reader = BoundedLines(io.BufferedReader(io.BytesIO(data), buffer_size=16), limit=limit)
+    lines = []
+    while (line := reader.read_line()) is not None:
+        lines.append(line)
+    assert lines == ["a" * 63 + "\n", "c" * 10 + "\n", "e" * 5]
+    assert reader.dropped == 2
+    unterminated = BoundedLines(io.BufferedReader(io.BytesIO(b"x" * 500)), limit=limit)
+    assert unterminated.read_line() is None and unterminated.dropped == 1
