@@ -257,6 +257,8 @@ class Rig:
         self.threads = threads
         self.mic = VirtualMic().start()
         self.ollama = FakeOllama().start()
+        # The client closes keep-alive connections the fake still reads from: not an error here.
+        self.ollama._httpd.handle_error = lambda request, address: None  # type: ignore[union-attr]
         refresh_portaudio(self.mic.env)
         self.monitor: Monitor | None = None
         self._n = 0

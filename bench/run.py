@@ -216,6 +216,35 @@ def run_wer(opts: argparse.Namespace, report: dict) -> None:
         }
     tr.unload()
     report["wer"] = out
+    report["whole_after_stop"] = whole_after_stop(opts)
+
+
+def whole_after_stop(opts: argparse.Namespace) -> dict[str, Any]:
+    """What the wait would be if, like the Node edition, whisper were loaded on each call and the
+    whole recording transcribed after it ends with whisper's default 30 s window: measured here
+    with the same whisper.cpp on the same clips (a reference point, not a Node measurement)."""
+    from mcp_listen import transcriber as T
+
+    from rig import RATE, audio_assets as A
+
+    shrink = T.audio_ctx_for
+    T.audio_ctx_for = lambda n: 0  # whisper.cpp's default window (bench process only)
+    out: dict[str, Any] = {}
+    try:
+        for name, clip in clips.utterance_clips(opts.silence_ms).items():
+            samples = A.read_wav(clip.path)
+            audio = T.condition(samples[max(0, clip.first_loud - RATE) : clip.last_loud + int(0.3 * RATE)])
+            t = time.perf_counter()
+            tr = T.Transcriber(threads=opts.threads)
+            tr.load(opts.model)
+            loaded = time.perf_counter()
+            tr.transcribe(audio, path=opts.model)
+            done = time.perf_counter()
+            tr.unload()
+            out[name] = {"load_ms": round((loaded - t) * 1000, 1), "transcribe_ms": round((done - loaded) * 1000, 1)}
+    finally:
+        T.audio_ctx_for = shrink
+    return out
 
 
 # --------------------------------------------------------------------------- machine and targets
@@ -333,6 +362,8 @@ def print_summary(report: dict) -> None:
     for name, w in (report.get("wer") or {}).items():
         print(f"WER {name}: incremental {w['incremental_wer'].get('median')} vs whole {w['whole_wer'].get('median')} "
               f"(whole transcription takes {fmt(w['whole_transcribe_ms'])})")  # fmt: skip
+    if report.get("whole_after_stop"):
+        print(f"load + whole transcription after the stop (30 s window): {report['whole_after_stop']}")
     if report.get("stop_floor"):
         f = report["stop_floor"]
         print(f"stop floor (offline replay): stop {fmt(f['stop_latency_ms'])}, Silero decay {fmt(f['silero_decay_ms'])}, "
@@ -345,7 +376,9 @@ def print_summary(report: dict) -> None:
         print(f"venv {report['venv_size']}")
     print("targets:")
     for name, v in report["targets"].items():
-        print(f"  {'PASS' if v.get('ok') else 'MISS' if v.get('ok') is False else '  - '} {name}: {v.get('value')} (target {v.get('target')})")
+        mark = "PASS" if v.get("ok") else "MISS" if v.get("ok") is False else "  - "
+        figure = f": {v['value']} (target {v['target']})" if "target" in v else ""
+        print(f"  {mark} {name}{figure}")
 
 
 if __name__ == "__main__":
