@@ -32,7 +32,7 @@ from mcp_listen.contracts import (
     VoiceQueryArgs,
     VoiceQueryResult,
 )
-from mcp_listen.errors import LLMError
+from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.recorder import WINDOW, Claim, Recorder, Recording
 
 if TYPE_CHECKING:
@@ -162,7 +162,13 @@ class Engine:
             folder = self._recordings_folder() if out is None else None
             heard = self._listen(plan, claim, stop, progress, meter)
             samples = heard.recording.samples
-            path = wavfile.write_to(out, samples, SAMPLE_RATE) if out else wavfile.write_recording(folder, samples, SAMPLE_RATE)
+            if out is not None:
+                path = wavfile.write_to(out, samples, SAMPLE_RATE)
+            else:
+                path = wavfile.write_recording(folder, samples, SAMPLE_RATE)
+            if _linked(stop, self.shutdown).is_set():  # cancelled while the file was written
+                wavfile.remove(path)
+                raise Cancelled("The recording was cancelled.")
         finally:
             self.recorder.release(claim)
         result = CaptureResult(
@@ -234,10 +240,11 @@ class Engine:
         validate_model_file(path)
         return path
 
-    def transcribe_samples(self, samples: "np.ndarray", model_path: Path, language: str) -> str:
+    def transcribe_samples(self, samples: "np.ndarray", model_path: Path, language: str, cancel: Any = None) -> str:
         from mcp_listen.transcriber import condition
 
-        return self.transcriber().transcribe(condition(samples), path=model_path, language=language)
+        audio = condition(samples)
+        return self.transcriber().transcribe(audio, path=model_path, language=language, cancel=cancel)
 
     def hear_words(
         self,
@@ -259,7 +266,8 @@ class Engine:
         model_path = self.resolve_whisper_model(args.whisper_model)
         language = args.language or "en"
         claim = self.recorder.claim(tool)
-        worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language))
+        cancel = _linked(stop, self.shutdown)
+        worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language, cancel))
         preload = lambda: self._preload(model_path)  # noqa: E731
         try:
             heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=preload)

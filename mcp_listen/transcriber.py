@@ -25,9 +25,9 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from mcp_listen.errors import TranscriptionError
+from mcp_listen.errors import Cancelled, TranscriptionError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -491,8 +491,12 @@ class Transcriber:
         with self._lock:
             self._model, self._key, self._path = None, None, None
 
-    def transcribe(self, audio_float32: Any, *, path: Path, language: str = "en") -> str:
-        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio)."""
+    def transcribe(self, audio_float32: Any, *, path: Path, language: str = "en", cancel: Any = None) -> str:
+        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio).
+
+        `cancel` (anything with is_set()) aborts whisper.cpp between encoder/decoder steps and
+        raises Cancelled: a cancelled tool call does not keep the CPU busy.
+        """
         import numpy as np
 
         audio = np.ascontiguousarray(_as_float32(audio_float32), dtype=np.float32)
@@ -500,9 +504,12 @@ class Transcriber:
             self.load(path)
             if audio.size < MIN_SAMPLES:  # pywhispercpp would return the previous call's segments
                 return ""
-            return self._run(_pad_to_whisper_minimum(audio), language)
+            text = self._run(_pad_to_whisper_minimum(audio), language, cancel)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("The transcription was cancelled.")
+        return text
 
-    def _run(self, audio: np.ndarray, language: str) -> str:
+    def _run(self, audio: np.ndarray, language: str, cancel: Any = None) -> str:
         import _pywhispercpp as pw
 
         lang = _language(pw, language, self._multilingual)
@@ -522,7 +529,7 @@ class Transcriber:
         )
         try:
             with _whisper_log(pw) as lines:
-                segments = self._model.transcribe(audio, abort_callback=_exiting.is_set, **params)
+                segments = self._model.transcribe(audio, abort_callback=_abort_check(cancel), **params)
         except Exception as exc:
             raise TranscriptionError(
                 f"Transcription failed: {type(exc).__name__}: {exc}", code="transcription_failed"
@@ -531,6 +538,13 @@ class Transcriber:
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
         return " ".join(_drop_repeats([s.text.strip() for s in segments if s.text.strip()]))
+
+
+def _abort_check(cancel: Any) -> Callable[[], bool]:
+    """whisper.cpp's abort callback: the process is exiting, or the call was cancelled."""
+    if cancel is None:
+        return _exiting.is_set
+    return lambda: _exiting.is_set() or cancel.is_set()
 
 
 def _drop_repeats(texts: list[str]) -> list[str]:
