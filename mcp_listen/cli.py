@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     capture = sub.add_parser("capture", help="record a WAV with the same code as capture_audio")
     _recording_options(capture, stop_default=False)
     capture.add_argument("--out", type=Path, help="write the WAV here instead of the recordings folder")
-    for name, help_text in (("transcribe", "transcribe a WAV file"), ("listen", "record and transcribe (transcribe_voice)")):
+    voice_commands = (("transcribe", "transcribe a WAV file"), ("listen", "record and transcribe (transcribe_voice)"))
+    for name, help_text in voice_commands:
         p = sub.add_parser(name, help=help_text)
         if name == "transcribe":
             p.add_argument("file", type=Path, help="16 kHz mono 16-bit WAV file")

@@ -434,7 +434,9 @@ class _Tracker:
         from mcp_listen.endpoint import EndpointConfig
 
         if plan.stop_on_silence:
-            return EndpointConfig(silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS)
+            return EndpointConfig(
+                silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS
+            )
         never = 10**9
         return EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never)
 
@@ -491,4 +493,5 @@ class _Tracker:
     def finished(self, recording: Recording) -> None:
         if self.progress:
             seconds = len(recording.samples) / SAMPLE_RATE
-            self.progress(self.elapsed_ms, self.plan.max_ms, f"Recording finished ({seconds:.1f} s, {recording.stopped_by})")
+            message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
+            self.progress(self.elapsed_ms, self.plan.max_ms, message)
