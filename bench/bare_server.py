@@ -1,7 +1,7 @@
 """The baseline for startup: the MCP SDK's own server with no tools, over stdio.
 
-    python bench/bare_server.py lowlevel    # mcp.server.lowlevel.Server
-    python bench/bare_server.py mcpserver   # mcp.server.MCPServer (the former FastMCP)
+python bench/bare_server.py lowlevel    # mcp.server.lowlevel.Server
+python bench/bare_server.py mcpserver   # mcp.server.MCPServer (the former FastMCP)
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ def lowlevel() -> None:
     async def main() -> None:
         server = Server("bare")
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            await server.run(
+                read_stream, write_stream, server.create_initialization_options()
+            )
 
     anyio.run(main)
 
@@ -29,4 +31,6 @@ def mcpserver() -> None:
 
 
 if __name__ == "__main__":
-    {"lowlevel": lowlevel, "mcpserver": mcpserver}[sys.argv[1] if len(sys.argv) > 1 else "lowlevel"]()
+    {"lowlevel": lowlevel, "mcpserver": mcpserver}[
+        sys.argv[1] if len(sys.argv) > 1 else "lowlevel"
+    ]()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import RATE, audio_assets as A
+from rig import RATE
+from rig import audio_assets as A
 
 LEAD_MS = 300
 """Silence played before the speech."""
@@ -66,7 +67,11 @@ class Clip:
         return samples[start:end], start
 
     def public(self) -> dict[str, Any]:
-        return {"name": self.name, "speech_s": round(self.speech_s, 2), "words": len(normalize(self.text))}
+        return {
+            "name": self.name,
+            "speech_s": round(self.speech_s, 2),
+            "words": len(normalize(self.text)),
+        }
 
 
 def build(name: str, sentences: tuple[str, ...], tail_ms: int) -> Clip:
@@ -90,11 +95,17 @@ def build(name: str, sentences: tuple[str, ...], tail_ms: int) -> Clip:
 
 
 def stop_clips(silence_ms: int) -> list[Clip]:
-    return [build(f"stop{i + 1}", (s,), silence_ms + 1500) for i, s in enumerate(STOP_SENTENCES)]
+    return [
+        build(f"stop{i + 1}", (s,), silence_ms + 1500)
+        for i, s in enumerate(STOP_SENTENCES)
+    ]
 
 
 def utterance_clips(silence_ms: int) -> dict[str, Clip]:
-    return {name: build(name, sentences, silence_ms + 2000) for name, sentences in UTTERANCES.items()}
+    return {
+        name: build(name, sentences, silence_ms + 2000)
+        for name, sentences in UTTERANCES.items()
+    }
 
 
 # --------------------------------------------------------------------------- word error rate
@@ -115,6 +126,8 @@ def wer(reference: str, hypothesis: str) -> float:
     for i, r in enumerate(ref, 1):
         current = [i]
         for j, h in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
+            )
         previous = current
     return previous[-1] / len(ref)

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rig import ROOT, TimedServer, audio_assets as A, loaded_libraries
+from rig import ROOT, TimedServer, loaded_libraries
+from rig import audio_assets as A
 from stats import summary
 
 MODEL_LIBS = ("onnxruntime", "whisper", "ggml")
@@ -30,15 +31,23 @@ def list_devices(server: TimedServer, calls: int) -> dict[str, Any]:
     times = []
     count = None
     for _ in range(calls):
-        dt, msg = server.timed_call("tools/call", {"name": "list_audio_devices", "arguments": {}})
+        dt, msg = server.timed_call(
+            "tools/call", {"name": "list_audio_devices", "arguments": {}}
+        )
         times.append(dt * 1000)
         count = len(msg["result"]["structuredContent"]["devices"])
     status_times = []
     for _ in range(calls):
-        dt, msg = server.timed_call("tools/call", {"name": "get_status", "arguments": {}})
+        dt, msg = server.timed_call(
+            "tools/call", {"name": "get_status", "arguments": {}}
+        )
         status_times.append(dt * 1000)
     status = msg["result"]["structuredContent"]
-    libs = sorted(lib for lib in loaded_libraries(server.proc.pid) if any(k in lib for k in MODEL_LIBS))
+    libs = sorted(
+        lib
+        for lib in loaded_libraries(server.proc.pid)
+        if any(k in lib for k in MODEL_LIBS)
+    )
     return {
         "first_call_ms": round(times[0], 1),
         "later_calls": summary(times[1:]),
@@ -72,7 +81,10 @@ def rescan_cost(env: dict[str, str], calls: int = 15) -> dict[str, float]:
         env=env, capture_output=True, timeout=120, check=True,
     )  # fmt: skip
     medians = json.loads(done.stdout)
-    return {"rescan_median_ms": round(medians["True"], 2), "cached_median_ms": round(medians["False"], 2)}
+    return {
+        "rescan_median_ms": round(medians["True"], 2),
+        "cached_median_ms": round(medians["False"], 2),
+    }
 
 
 def vad_cpu(server: TimedServer, seconds: int = 10) -> dict[str, Any]:
@@ -104,9 +116,9 @@ def vad_cpu(server: TimedServer, seconds: int = 10) -> dict[str, Any]:
 
 def vad_per_window(windows: int = 2000) -> dict[str, Any]:
     """Silero in this process: time per 32 ms window on speech, as a share of one core."""
-    from mcp_listen.vad import SileroVAD
-
     import clips
+
+    from mcp_listen.vad import SileroVAD
 
     samples = A.read_wav(clips.utterance_clips(1000)["20s"].path)
     vad = SileroVAD()
@@ -115,7 +127,11 @@ def vad_per_window(windows: int = 2000) -> dict[str, Any]:
     for i in range(n):
         vad.probability(samples[i * 512 : (i + 1) * 512])
     per = (time.process_time() - t) / n
-    return {"ms_per_window": round(per * 1000, 3), "pct_of_core": round(100 * per / 0.032, 2), "windows": n}
+    return {
+        "ms_per_window": round(per * 1000, 3),
+        "pct_of_core": round(100 * per / 0.032, 2),
+        "windows": n,
+    }
 
 
 def venv_size(workdir: Path) -> dict[str, Any]:
@@ -124,13 +140,24 @@ def venv_size(workdir: Path) -> dict[str, Any]:
     t = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, timeout=300)
     base = _du(target)
-    pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    done = subprocess.run([*pip, str(ROOT)], capture_output=True, text=True, timeout=1200)
+    pip = [
+        str(target / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]
+    done = subprocess.run(
+        [*pip, str(ROOT)], capture_output=True, text=True, timeout=1200, check=False
+    )
     if done.returncode != 0:
         return {"error": done.stderr[-800:]}
     total = _du(target)
     site = next(target.glob("lib/python*/site-packages"))
-    biggest = sorted(((_du(p), p.name) for p in site.iterdir() if p.is_dir()), reverse=True)[:8]
+    biggest = sorted(
+        ((_du(p), p.name) for p in site.iterdir() if p.is_dir()), reverse=True
+    )[:8]
     shutil.rmtree(target, ignore_errors=True)
     return {
         "venv_mb": round(total / 1024, 1),
@@ -143,5 +170,7 @@ def venv_size(workdir: Path) -> dict[str, Any]:
 
 def _du(path: Path) -> int:
     """Disk usage in KiB, as `du -sk` counts it."""
-    out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["du", "-sk", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     return int(out.split()[0])

@@ -11,12 +11,14 @@ Method (bench/README.md explains it at length):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
 
 from clips import Clip, wer
-from rig import RATE, Rig, TimedServer, audio_assets as A, stop_player
+from rig import RATE, Rig, TimedServer, stop_player
+from rig import audio_assets as A
 
 SETTLE_S = 0.15
 """Pause between "the stream is running" and starting the clip."""
@@ -30,7 +32,14 @@ def _finished_at(server: TimedServer, token: str) -> float | None:
     return None
 
 
-def _play_during(rig: Rig, server: TimedServer, tool: str, args: dict[str, Any], clip: Clip, token: str) -> dict:
+def _play_during(
+    rig: Rig,
+    server: TimedServer,
+    tool: str,
+    args: dict[str, Any],
+    clip: Clip,
+    token: str,
+) -> dict:
     """Start `tool`, play `clip` once the microphone runs, wait for the result."""
     rid, _ = server.start_tool(tool, args, token)
     server.wait_until_recording()
@@ -43,10 +52,16 @@ def _play_during(rig: Rig, server: TimedServer, tool: str, args: dict[str, Any],
     result = msg.get("result") or {}
     if "error" in msg or result.get("isError"):
         raise RuntimeError(f"{tool} failed: {str(msg)[:400]}")
-    return {"t_play": t_play, "t_reply": t_reply, "result": result.get("structuredContent") or {}}
+    return {
+        "t_play": t_play,
+        "t_reply": t_reply,
+        "result": result.get("structuredContent") or {},
+    }
 
 
-def _speech_end_time(rig: Rig, clip: Clip, t_play: float, t_reply: float) -> dict[str, float]:
+def _speech_end_time(
+    rig: Rig, clip: Clip, t_play: float, t_reply: float
+) -> dict[str, float]:
     """When the clip's first sample and its last loud sample reached the microphone (monitor clock)."""
     monitor = rig.start_monitor()
     time.sleep(0.05)  # let the monitor's last blocks in
@@ -62,7 +77,9 @@ def _speech_end_time(rig: Rig, clip: Clip, t_play: float, t_reply: float) -> dic
     }
 
 
-def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, token: str) -> dict[str, Any]:
+def capture_stop(
+    rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, token: str
+) -> dict[str, Any]:
     """One capture_audio with stop_on_silence while `clip` plays: stop latency and wall-clock figures."""
     args = {"stop_on_silence": True, "silence_ms": silence_ms, "duration_ms": 20000}
     run = _play_during(rig, server, "capture_audio", args, clip, token)
@@ -76,7 +93,9 @@ def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, tok
     clock = _speech_end_time(rig, clip, run["t_play"], run["t_reply"])
     monitor = rig.monitor
     assert monitor is not None
-    rec_end_index = clock["monitor_start"] - lag + len(wav)  # the WAV's last sample, on the monitor
+    rec_end_index = (
+        clock["monitor_start"] - lag + len(wav)
+    )  # the WAV's last sample, on the monitor
     t_rec_end = monitor.time_of(rec_end_index)
     t_fin = _finished_at(server, token)
     return {
@@ -85,9 +104,15 @@ def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, tok
         "wav_peak": round(peak, 5),
         "stop_latency_ms": stop_ms,
         "rec_end_to_result_ms": (run["t_reply"] - t_rec_end) * 1000,
-        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000 if t_fin else None,
+        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000
+        if t_fin
+        else None,
         "rec_end_to_finished_notice_ms": (t_fin - t_rec_end) * 1000 if t_fin else None,
-        "speech_end_to_result_minus_silence_ms": (run["t_reply"] - clock["t_speech_end"]) * 1000 - silence_ms,
+        "speech_end_to_result_minus_silence_ms": (
+            run["t_reply"] - clock["t_speech_end"]
+        )
+        * 1000
+        - silence_ms,
         "play_start_latency_ms": clock["play_start_latency_ms"],
         "monitor_peak": round(clock["monitor_peak"], 5),
     }
@@ -97,7 +122,12 @@ def voice_query(
     rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, model: str, token: str
 ) -> dict[str, Any]:
     """One voice_query while `clip` plays: post-speech latency and the transcript."""
-    args = {"stop_on_silence": True, "silence_ms": silence_ms, "duration_ms": 30000, "whisper_model": model}
+    args = {
+        "stop_on_silence": True,
+        "silence_ms": silence_ms,
+        "duration_ms": 30000,
+        "whisper_model": model,
+    }
     run = _play_during(rig, server, "voice_query", args, clip, token)
     data = run["result"]
     clock = _speech_end_time(rig, clip, run["t_play"], run["t_reply"])
@@ -106,8 +136,14 @@ def voice_query(
     return {
         "clip": clip.name,
         "post_speech_ms": (run["t_reply"] - clock["t_speech_end"]) * 1000 - silence_ms,
-        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000 if t_fin else None,
-        "speech_end_to_finished_notice_minus_silence_ms": (t_fin - clock["t_speech_end"]) * 1000 - silence_ms
+        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000
+        if t_fin
+        else None,
+        "speech_end_to_finished_notice_minus_silence_ms": (
+            t_fin - clock["t_speech_end"]
+        )
+        * 1000
+        - silence_ms
         if t_fin
         else None,
         "transcription": text,
@@ -120,11 +156,11 @@ def voice_query(
 
 def close_server(server: TimedServer) -> None:
     """stdin closed: the server exits 0 by itself; killed if it does not."""
-    try:
+    with contextlib.suppress(
+        Exception
+    ):  # already gone, or slow to exit: stop() kills it
         server.close_stdin()
         server.wait_exit(timeout=10)
-    except Exception:  # noqa: BLE001
-        pass
     server.stop()
 
 
@@ -137,21 +173,29 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
     endpointer adds (rounding silence_ms up to whole windows, hysteresis).
     """
     import numpy as np
-
     from clips import STOP_SENTENCES, UTTERANCES
+    from stats import summary
+
     from mcp_listen.endpoint import EndpointConfig, Endpointer
     from mcp_listen.vad import SileroVAD
-    from stats import summary
 
     vad = SileroVAD()
     decay, stop = [], []
-    texts = list(STOP_SENTENCES) + [s for sentences in UTTERANCES.values() for s in sentences]
+    texts = list(STOP_SENTENCES) + [
+        s for sentences in UTTERANCES.values() for s in sentences
+    ]
     for text in texts:
         speech = A.read_wav(A.speech(text))
         last = A.last_loud_sample(speech)
         for phase in range(0, 512, 512 // phases):
             lead = phase + RATE // 4
-            audio = np.concatenate([np.zeros(lead, np.int16), speech, np.zeros(2 * RATE + silence_ms * 16, np.int16)])
+            audio = np.concatenate(
+                [
+                    np.zeros(lead, np.int16),
+                    speech,
+                    np.zeros(2 * RATE + silence_ms * 16, np.int16),
+                ]
+            )
             vad.reset()
             endpointer = Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000))
             for w in range(len(audio) // 512):
@@ -159,7 +203,9 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
                     break
             speech_end = lead + last + 1
             stop.append(((w + 1) * 512 - speech_end) * 1000 / RATE - silence_ms)
-            decay.append(((endpointer.last_speech_window + 1) * 512 - speech_end) * 1000 / RATE)
+            decay.append(
+                ((endpointer.last_speech_window + 1) * 512 - speech_end) * 1000 / RATE
+            )
     overshoot = -(-silence_ms // 32) * 32 - silence_ms
     return {
         "stop_latency_ms": summary(stop),

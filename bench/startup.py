@@ -11,8 +11,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from stats import summary
 
@@ -27,17 +27,34 @@ INIT = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
 }
-HEAVY = ("numpy", "onnxruntime", "sounddevice", "pywhispercpp", "_pywhispercpp", "ollama", "httpx", "soxr")
+HEAVY = (
+    "numpy",
+    "onnxruntime",
+    "sounddevice",
+    "pywhispercpp",
+    "_pywhispercpp",
+    "ollama",
+    "httpx",
+    "soxr",
+)
 """Must not be imported before the first request (httpx2, the SDK's own HTTP stack, is the SDK's)."""
 
 
-def time_initialize(cmd: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
+def time_initialize(
+    cmd: list[str], env: Mapping[str, str], stderr_path: Path | None = None
+) -> float:
     """Seconds from spawn to the initialize reply's arrival."""
     err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     began = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=dict(env))
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=dict(env)
+    )
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(INIT).encode() + b"\n")
@@ -60,7 +77,10 @@ def time_initialize(cmd: list[str], env: Mapping[str, str], stderr_path: Path | 
 def measure(env: Mapping[str, str], runs: int) -> dict:
     """Interleaved spawn timings; the ratio of medians is the figure."""
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for name, cmd in COMMANDS.items():  # warm the page cache and .pyc files; not counted
+    for (
+        name,
+        cmd,
+    ) in COMMANDS.items():  # warm the page cache and .pyc files; not counted
         time_initialize(cmd, env)
     for _ in range(runs):
         for name, cmd in COMMANDS.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def summary(values: Iterable[float], digits: int = 1) -> dict:
@@ -11,7 +11,7 @@ def summary(values: Iterable[float], digits: int = 1) -> dict:
     xs = sorted(float(v) for v in values)
     if not xs:
         return {"n": 0}
-    p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+    p90 = xs[min(len(xs) - 1, round(0.9 * (len(xs) - 1)))]
     return {
         "n": len(xs),
         "median": round(statistics.median(xs), digits),
@@ -29,7 +29,9 @@ def fmt(s: dict, unit: str = "ms") -> str:
     return f"{s['median']} {unit} (min {s['min']}, max {s['max']}, n={s['n']})"
 
 
-def verdict(value: float | None, target: float, *, lower_is_better: bool = True) -> dict:
+def verdict(
+    value: float | None, target: float, *, lower_is_better: bool = True
+) -> dict:
     """A figure against its target, for the JSON report's `targets` table."""
     if value is None:
         return {"value": None, "target": target, "ok": None}

@@ -457,3 +457,10 @@ def test_short_input_never_repeats_the_previous_text(model_path, jfk):
     assert "americans" not in short.lower()
     word = transcriber.transcribe(T.condition(jfk[16000 * 2 : 16000 * 2 + 12000]), path=model_path)
     assert word.strip() and word != first
+
+
+def test_segment_token_budget_grows_with_the_audio() -> None:
+    assert T.max_tokens_for(16000) == 40
+    assert T.max_tokens_for(30 * 16000) == 272
+    words_per_second_worst_case = 5  # fast speech, ~1.3 tokens a word
+    assert T.max_tokens_for(10 * 16000) > 10 * words_per_second_worst_case * 1.3 + 16
