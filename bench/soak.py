@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import audio_assets as A  # noqa: E402
 from fake_ollama import FakeOllama  # noqa: E402
-from rpc import RawServer, server_env, tool_call  # noqa: E402
+from rpc import RawServer, proc_memory_kb, server_env, tool_call  # noqa: E402
 from vmic import VirtualMic  # noqa: E402
 
 WARM_CAPTURES = 20
@@ -55,12 +55,7 @@ def model_path() -> Path:
 
 def proc_figures(pid: int) -> dict[str, int]:
     figures = {"threads": len(os.listdir(f"/proc/{pid}/task")), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                figures[key] = int(rest.split()[0])
-    return figures
+    return {**figures, **proc_memory_kb(pid)}
 
 
 class Player(threading.Thread):

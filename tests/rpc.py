@@ -127,6 +127,17 @@ class RawServer:
         self.stop()
 
 
+def proc_memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS (now) and VmHWM (peak) of a live process, in kB, from /proc (Linux)."""
+    values = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0])
+    return values
+
+
 def tool_call(server: RawServer, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
     params: dict[str, Any] = {"name": name, "arguments": arguments}
     if meta:

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import pytest
 
 import audio_assets as A
-from rpc import RawServer, mcp_client, server_env, tool_call
+from rpc import RawServer, mcp_client, proc_memory_kb, server_env, tool_call
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE_S = 0.2
@@ -149,17 +149,6 @@ def files_in(folder: Path) -> list[str]:
 def assert_only_json_rpc(lines: list[bytes]) -> None:
     for line in lines:
         assert json.loads(line)["jsonrpc"] == "2.0", line[:200]
-
-
-def memory_kb(pid: int) -> dict[str, int]:
-    """VmRSS (now) and VmHWM (peak) of a process, in kB."""
-    values = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0])
-    return values
 
 
 @contextmanager
@@ -469,12 +458,12 @@ def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
     log = tmp_path / "stderr.log"
     with wire(env, stderr_path=log) as w:
         w.call("get_status")
-        before = memory_kb(w.server.proc.pid)
+        before = proc_memory_kb(w.server.proc.pid)
         huge = tool_call(w.server, "voice_query", {"prompt": "x" * size})
         w.server.send(huge)
         near_limit = w.start("voice_query", {"prompt": "y" * 1_000_000})
         rejected = w.wait(near_limit["id"])["result"]
-        after = memory_kb(w.server.proc.pid)
+        after = proc_memory_kb(w.server.proc.pid)
         assert w.status()["recording"] is False
         time.sleep(0.5)
         assert huge["id"] not in w.responses
