@@ -13,7 +13,7 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,14 +56,7 @@ class Check:
     data: dict[str, Any] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "status": self.status,
-            "detail": self.detail,
-            "remedy": self.remedy,
-            "data": self.data,
-        }
+        return asdict(self)
 
 
 def run(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mcp_listen import devices, wavfile
-from mcp_listen.config import Settings
+from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contracts import (
     CHANNELS,
     DEFAULT_LLM_MODEL,
@@ -184,8 +184,6 @@ class Engine:
 
     def _recordings_folder(self) -> Path:
         folder = self.settings.recordings_dir
-        from mcp_listen.config import default_recordings_dir
-
         return wavfile.ensure_folder(folder, must_own=folder == default_recordings_dir())
 
     # ------------------------------------------------------------------ listening
