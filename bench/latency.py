@@ -170,7 +170,8 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
     Capture is bit-exact, so replaying a clip through SileroVAD + Endpointer in this process
     gives the decisions the server makes live for the same alignment. Splits the stop latency
     into Silero's own decay (last loud sample -> end of the last window >= 0.5) and what the
-    endpointer adds (rounding silence_ms up to whole windows, hysteresis).
+    endpointer adds or takes back (rounding silence_ms up to whole windows, hysteresis, the
+    quiet decay windows it counts as silence).
     """
     import numpy as np
     from clips import STOP_SENTENCES, UTTERANCES
@@ -199,7 +200,8 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
             vad.reset()
             endpointer = Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000))
             for w in range(len(audio) // 512):
-                if endpointer.feed(vad.probability(audio[w * 512 : (w + 1) * 512])):
+                probability = vad.probability(audio[w * 512 : (w + 1) * 512])
+                if endpointer.feed(probability, vad.level_db()):
                     break
             speech_end = lead + last + 1
             stop.append(((w + 1) * 512 - speech_end) * 1000 / RATE - silence_ms)

@@ -1,9 +1,18 @@
 """Stop-on-silence decisions from a stream of per-window speech probabilities.
 
 Pure logic (no audio, no numpy, no ONNX) so every stop rule can be tested with a
-list of numbers. The recorder feeds one Silero probability per 32 ms window; the
-Endpointer answers "keep going" (None) or why to stop. Time is counted in audio
-windows, never wall-clock, so a loaded machine decides exactly as an idle one.
+list of numbers. The recorder feeds one Silero probability per 32 ms window, and
+optionally the window's level in dBFS; the Endpointer answers "keep going" (None)
+or why to stop. Time is counted in audio windows, never wall-clock, so a loaded
+machine decides exactly as an idle one.
+
+Silero decides *whether* there was speech; the level only sharpens *when* it ended.
+Silero's probability stays high for 55-120 ms after the last loud sample (its
+recurrent state decays), so counting silence from the probability alone stops that
+much late. When a silence run starts, the windows just before it that were already
+quiet by level (30 dB under the loudest speech, or within 10 dB of the noise floor) are
+counted as silence too, at most `decay_windows` of them: the stop then lands
+`silence_ms` after the speech really ended.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from statistics import median
 
 SILENCE = "silence"
 CEILING = "ceiling"
@@ -49,6 +59,15 @@ class EndpointConfig:
     window_ms: float = 32.0
     """Duration of one fed window (512 samples at 16 kHz)."""
 
+    decay_windows: int = 4
+    """At most this many windows before a silence run may count as silence (Silero's decay, <= 128 ms)."""
+
+    quiet_below_peak_db: float = 30.0
+    """A window at least this far under the loudest speech window is quiet (by level)..."""
+
+    quiet_above_floor_db: float = 10.0
+    """...and so is one less than this above the noise floor heard before speech (a noisy room)."""
+
     def __post_init__(self) -> None:
         for name in ("silence_ms", "max_ms", "no_speech_timeout_ms", "onset_ms", "onset_span_ms", "window_ms"):
             value = getattr(self, name)
@@ -58,6 +77,8 @@ class EndpointConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
         if self.onset_span_ms < self.onset_ms:
             raise ValueError("onset_span_ms must be >= onset_ms, or speech could never be confirmed.")
+        if isinstance(self.decay_windows, bool) or not isinstance(self.decay_windows, int) or self.decay_windows < 0:
+            raise ValueError(f"decay_windows must be an integer >= 0, got {self.decay_windows!r}.")
         if not (0.0 < self.silence_threshold <= self.speech_threshold <= 1.0):
             raise ValueError("Thresholds must satisfy 0 < silence_threshold <= speech_threshold <= 1.")
 
@@ -72,8 +93,15 @@ class EndpointConfig:
         return max(self.onset_windows, math.ceil(self.onset_span_ms / self.window_ms))
 
 
+FLOOR_WINDOWS = 62
+"""Pre-speech windows (about 2 s) whose median level is the noise floor."""
+
+SILENT_DB = -120.0
+"""Level of digital silence (levels are clamped here)."""
+
+
 class Endpointer:
-    """Feed one probability per window; `feed` returns None or the stop reason.
+    """Feed one probability (and optionally a level) per window; `feed` returns None or the stop reason.
 
     Not thread-safe: one Endpointer per recording, fed from one thread.
     """
@@ -94,6 +122,11 @@ class Endpointer:
         """The reason feed returned, once it returned one."""
         self._recent_loud: deque[int] = deque()
         self._silence_run = 0
+        self._peak_db = SILENT_DB
+        self._floor_levels: deque[float] = deque(maxlen=FLOOR_WINDOWS)
+        self._floor_db: float | None = None
+        self._quiet_run = 0
+        """Consecutive most recent windows that were quiet by level."""
 
     @property
     def elapsed_ms(self) -> float:
@@ -105,12 +138,18 @@ class Endpointer:
         """Length of the silence run currently counting toward a stop (0 when none)."""
         return self._silence_run * self.config.window_ms
 
-    def feed(self, probability: float) -> str | None:
-        """Account for one more window; return "silence", "ceiling", "no_speech_timeout" or None."""
+    def feed(self, probability: float, level_db: float | None = None) -> str | None:
+        """Account for one more window; return "silence", "ceiling", "no_speech_timeout" or None.
+
+        `level_db` is the window's mean power in dBFS; without it the stop is timed by the
+        probability alone (Silero's decay included).
+        """
         if self.stop_reason is not None:
             raise RuntimeError("This Endpointer already stopped; start a new one for the next recording.")
         if not (0.0 <= probability <= 1.0):
             raise ValueError(f"probability must be within [0, 1], got {probability!r}.")
+        if level_db is not None and not level_db <= 0.0:  # also rejects NaN
+            raise ValueError(f"level_db must be <= 0 dBFS, got {level_db!r}.")
         index = self.windows
         self.windows += 1
         self.event = None
@@ -118,8 +157,26 @@ class Endpointer:
             self._track_silence(index, probability)
         else:
             self._track_onset(index, probability)
+        if level_db is not None:
+            self._track_level(probability, max(level_db, SILENT_DB))
         self.stop_reason = self._stop_reason()
         return self.stop_reason
+
+    def _track_level(self, probability: float, level_db: float) -> None:
+        """Noise floor before speech, loudest speech window, and the run of quiet windows."""
+        config = self.config
+        if probability >= config.speech_threshold:
+            self._peak_db = max(self._peak_db, level_db)
+        if not self.speech_detected:
+            if probability < config.silence_threshold:
+                self._floor_levels.append(level_db)
+            return
+        if self._floor_db is None:  # frozen at onset: speech must not raise it
+            self._floor_db = median(self._floor_levels) if self._floor_levels else SILENT_DB
+        quiet = level_db < max(
+            self._peak_db - config.quiet_below_peak_db, self._floor_db + config.quiet_above_floor_db
+        )
+        self._quiet_run = self._quiet_run + 1 if quiet else 0
 
     def _track_onset(self, index: int, probability: float) -> None:
         """Confirm speech once enough loud windows fall within the onset span."""
@@ -147,6 +204,7 @@ class Endpointer:
         elif probability < config.silence_threshold:
             if not self._silence_run:
                 self.event = SILENCE_START
+                self._silence_run = min(self._quiet_run, config.decay_windows)  # Silero's decay
             self._silence_run += 1
         elif self._silence_run:
             self._silence_run += 1

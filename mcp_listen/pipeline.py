@@ -444,7 +444,7 @@ class _Tracker:
         speaking = False
         if self.endpointer is not None:
             probability = self.vad.probability(window)
-            reason = self.endpointer.feed(probability)
+            reason = self.endpointer.feed(probability, self.vad.level_db())
             speaking = self.endpointer.speech_detected and probability >= 0.5
             self._note_events()
             if self._cutter is not None:

@@ -10,6 +10,7 @@ numpy and onnxruntime are imported on first use, never at module import.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Iterable
@@ -125,6 +126,15 @@ class SileroVAD:
         )
         self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]
         return float(output[0, 0])
+
+    def level_db(self) -> float:
+        """Mean power of the window last given to probability(), in dBFS (digital silence: -120).
+
+        The endpointer times the end of speech by it: Silero's probability lags the audio.
+        """
+        window = self._input[0, CONTEXT:]
+        power = float(self._np.dot(window, window)) / WINDOW
+        return 10.0 * math.log10(power) if power > 1e-12 else -120.0
 
     def _as_float(self, window: Any) -> np.ndarray:
         np = self._np

@@ -202,3 +202,69 @@ def test_default_config_is_valid_and_derives_window_counts():
     assert config.onset_span_windows == 19
     assert EndpointConfig(silence_threshold=0.5, speech_threshold=0.5).silence_threshold == 0.5
 
+
+
+# ---------------------------------------------------------------- Silero's decay, timed by level
+
+SPEECH_DB, TAIL_DB, FLOOR_DB = -15.0, -50.0, -70.0
+
+
+def run_levels(pairs, config: EndpointConfig | None = None):
+    """Like run(), feeding (probability, level_db) pairs."""
+    endpointer = Endpointer(config or EndpointConfig())
+    for index, (probability, level) in enumerate(pairs):
+        if endpointer.feed(probability, level) is not None:
+            return index, endpointer
+    return None, endpointer
+
+
+def speech_then(tail):
+    """2 s of noise floor, 1 s of loud speech, then `tail` pairs, then silence at the floor."""
+    return [(QUIET, FLOOR_DB)] * 62 + [(LOUD, SPEECH_DB)] * 31 + tail + [(QUIET, FLOOR_DB)] * 100
+
+
+def test_quiet_windows_of_silero_decay_count_as_silence():
+    # 3 windows of Silero's decay: still "speech" by probability, already 35 dB down by level.
+    index, endpointer = run_levels(speech_then([(LOUD, TAIL_DB)] * 3))
+    plain, _ = run_levels([(p, None) for p, _ in speech_then([(LOUD, TAIL_DB)] * 3)])
+    assert plain - index == 3  # stops three windows (96 ms) sooner
+    speech_end = 62 + 31
+    assert (index + 1 - speech_end) * 32 >= 1000  # still a full silence_ms after the loud speech
+    assert endpointer.last_speech_window == speech_end + 2  # the VAD's own view is unchanged
+
+
+def test_decay_credit_is_bounded_by_decay_windows():
+    index, _ = run_levels(speech_then([(LOUD, TAIL_DB)] * 10))
+    speech_end = 62 + 31
+    assert index + 1 - speech_end == 10 + 32 - 4  # only 4 of the 10 quiet loud windows count
+
+
+def test_loud_tail_is_not_credited():
+    # 25 dB under the peak and far above the floor: Silero may be right, this is speech.
+    quiet, _ = run_levels(speech_then([(LOUD, -40.0)] * 3))
+    plain, _ = run_levels([(p, None) for p, _ in speech_then([(LOUD, -40.0)] * 3)])
+    assert quiet == plain
+
+
+def test_a_tail_near_a_loud_noise_floor_is_quiet():
+    # Noisy room: floor -40 dB, speech -15 dB; a tail at -35 dB (5 dB over the floor) is noise.
+    pairs = [(QUIET, -40.0)] * 62 + [(LOUD, SPEECH_DB)] * 31 + [(LOUD, -35.0)] * 3 + [(QUIET, -40.0)] * 100
+    index, _ = run_levels(pairs)
+    plain, _ = run_levels([(p, None) for p, _ in pairs])
+    assert plain - index == 3
+
+
+def test_only_the_windows_just_before_the_silence_run_are_credited():
+    # A quiet window early in the speech, then loud again, then the end: nothing to credit.
+    tail = [(LOUD, TAIL_DB), (LOUD, SPEECH_DB)]
+    index, _ = run_levels(speech_then(tail))
+    plain, _ = run_levels([(p, None) for p, _ in speech_then(tail)])
+    assert index == plain
+
+
+def test_level_must_be_dbfs():
+    for level in (1.0, float("nan")):
+        with pytest.raises(ValueError, match="level_db"):
+            Endpointer().feed(LOUD, level)
+    with pytest.raises(ValueError, match="decay_windows"):
+        EndpointConfig(decay_windows=-1)

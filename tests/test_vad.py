@@ -177,3 +177,15 @@ def test_shared_vad_is_one_instance_per_process():
     assert all(result is results[0] for result in results)
     assert shared_vad() is results[0]
 
+
+
+def test_level_db_is_the_last_windows_mean_power(model):
+    import numpy as np
+
+    full_scale_square = np.full(512, 32767, dtype=np.int16)
+    model.probability(full_scale_square)
+    assert model.level_db() == pytest.approx(0.0, abs=0.01)
+    model.probability((full_scale_square // 100).astype(np.int16))  # 40 dB down
+    assert model.level_db() == pytest.approx(-40.0, abs=0.05)
+    model.probability(np.zeros(512, dtype=np.int16))
+    assert model.level_db() == -120.0
