@@ -39,9 +39,11 @@ _READ_PIECE = 1 << 16
 def serve(settings: Settings) -> int:
     import anyio
 
+    from mcp_listen import memory
     from mcp_listen.pipeline import Engine
     from mcp_listen.server import serve_stdio
 
+    memory.limit_arenas()  # before any thread: the server lives long, its heaps should not sprawl
     if sys.stdin is not None and sys.stdin.isatty():
         from mcp_listen.cli import WAITING_HINT
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from mcp_listen import devices, wavfile
+from mcp_listen import devices, memory, wavfile
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contracts import (
     CHANNELS,
@@ -170,6 +170,7 @@ class Engine:
                 raise Cancelled("The recording was cancelled.")
         finally:
             self.recorder.release(claim)
+            memory.release_in_background()
         result = CaptureResult(
             path=str(path),
             duration_ms=heard.duration_ms,
@@ -278,7 +279,10 @@ class Engine:
             return heard, None, plan
         if progress:
             progress(heard.duration_ms + 1, None, "Transcribing")
-        raw = worker.finish(heard.remaining_speech())
+        try:
+            raw = worker.finish(heard.remaining_speech())
+        finally:
+            memory.release_in_background()  # whisper's peak is behind us
         return heard, usable_text(raw), plan
 
     def _preload(self, model_path: Path) -> None:

@@ -3,9 +3,9 @@
 whisper.cpp does not fail cleanly on a bad file: a truncated or foreign file loads into a null
 context and the first transcription segfaults the whole server. So `validate_model_file` walks
 the GGML file the way whisper.cpp's loader does (header, mel filters, vocabulary, every tensor's
-name, shape and data size) with seeks only, before pywhispercpp ever sees it; and while loading
+name, shape and data size) with seeks only, before whisper.cpp ever sees it; and while loading
 we listen to whisper.cpp's own log for "failed to load model" as a second guard. At exit an
-atexit hook aborts a running transcription and waits for it: pywhispercpp segfaults if the
+atexit hook aborts a running transcription and waits for it: whisper.cpp segfaults if the
 interpreter tears down while a thread is inside whisper.cpp.
 
 pywhispercpp and numpy are imported on first use: importing this module costs nothing.
@@ -502,7 +502,7 @@ class Transcriber:
         audio = np.ascontiguousarray(_as_float32(audio_float32), dtype=np.float32)
         with self._lock:
             self.load(path)
-            if audio.size < MIN_SAMPLES:  # pywhispercpp would return the previous call's segments
+            if audio.size < MIN_SAMPLES:  # whisper.cpp would keep the previous call's segments
                 return ""
             text = self._run(_pad_to_whisper_minimum(audio), language, cancel)
         if cancel is not None and cancel.is_set():
@@ -527,10 +527,12 @@ class Transcriber:
             audio_ctx=audio_ctx_for(audio.size),
             temperature_inc=0.2,  # whisper's fallback: without it tiny.en looped (WER 0.43 vs 0.12-0.15)...
             max_tokens=max_tokens_for(audio.size),  # ...but bounded: a looping pass once ran for 50 s
+            greedy={"best_of": 1},  # a fallback pass with whisper's best_of=5 runs 5 decoders (+23 MB
+            # resident, measured); one sample per fallback temperature: the same WER on 64 test clips
         )
         try:
             with _whisper_log(pw) as lines:
-                segments = self._model.transcribe(audio, abort_callback=_abort_check(cancel), **params)
+                segments = self._model.transcribe(audio, _abort_check(cancel), **params)
         except Exception as exc:
             raise TranscriptionError(
                 f"Transcription failed: {type(exc).__name__}: {exc}", code="transcription_failed"
@@ -538,7 +540,7 @@ class Transcriber:
         failed = _failures(lines)
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
-        return " ".join(_drop_repeats([s.text.strip() for s in segments if s.text.strip()]))
+        return " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
 
 
 def max_tokens_for(n_samples: int) -> int:
@@ -603,25 +605,17 @@ def _language(pw: Any, language: str | None, multilingual: bool) -> str:
 
 
 def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
-    """Build the pywhispercpp Model; whisper.cpp's log tells whether its context is usable."""
+    """Load a whisper.cpp context; whisper.cpp's log tells whether it is usable."""
     try:
         import _pywhispercpp as pw
-        from pywhispercpp.model import Model
     except ImportError as exc:
         raise TranscriptionError(
             f"Cannot load {path.name}: pywhispercpp is not installed ({exc}). Reinstall mcp-listen.",
             code="model_load_failed",
         ) from exc
-    quiet = False if hasattr(pw, "whisper_log_set") else None  # None: pywhispercpp silences fd 2 itself
     try:
         with _whisper_log(pw) as lines:
-            model = Model(
-                str(path.resolve()),
-                redirect_whispercpp_logs_to=quiet,
-                print_progress=False,
-                print_realtime=False,
-                n_threads=threads,
-            )
+            model = _Whisper(pw, path)
             failed = _failures(lines)
             if failed:
                 del model  # frees the (null) context while whisper.cpp's log is still captured
@@ -636,7 +630,37 @@ def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
             code="model_load_failed",
         )
     log.info("whisper model %s loaded (%d threads)", path.name, threads)
-    return model, bool(pw.whisper_is_multilingual(model._ctx))
+    return model, bool(pw.whisper_is_multilingual(model.ctx))
+
+
+class _Whisper:
+    """One whisper.cpp context, driven through pywhispercpp's raw bindings (`_pywhispercpp`).
+
+    pywhispercpp's `Model` class would also import requests, tqdm and platformdirs for its
+    download helpers (+6 MB resident, measured), and it drops whisper_full's status code.
+    """
+
+    def __init__(self, pw: Any, path: Path) -> None:
+        self._pw = pw
+        self.ctx = pw.whisper_init_from_file_with_params(str(path.resolve()), pw.whisper_context_default_params())
+        self.params = pw.whisper_full_default_params(pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
+
+    def transcribe(self, audio: "np.ndarray", abort: Callable[[], bool], **params: Any) -> list[str]:
+        """whisper_full on float32 16 kHz audio; the segments' text (raises on a failed run)."""
+        pw = self._pw
+        for name, value in params.items():
+            setattr(self.params, name, value)
+        pw.assign_abort_callback(self.params, abort)
+        status = pw.whisper_full(self.ctx, self.params, audio, audio.size)
+        if status and not abort():
+            raise RuntimeError(f"whisper_full returned {status}")
+        count = pw.whisper_full_n_segments(self.ctx)
+        return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
+
+    def __del__(self) -> None:
+        ctx, self.ctx = getattr(self, "ctx", None), None
+        if ctx is not None:
+            self._pw.whisper_free(ctx)
 
 
 def _install_exit_hook() -> None:
@@ -650,7 +674,7 @@ def _quiesce_at_exit() -> None:
     """Stop whisper.cpp before the interpreter tears down.
 
     Measured: a process exiting while a daemon thread is inside whisper_full segfaults
-    (pywhispercpp frees the model under it), and one exiting while our log callback is set
+    (the model is freed under it), and one exiting while our log callback is set
     aborts. So at exit: abort the running transcription (whisper.cpp polls the abort callback),
     wait briefly for it or a load to finish, keep the lock so nothing new starts, free the
     model, and remove the log callback.

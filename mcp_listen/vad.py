@@ -24,14 +24,14 @@ SAMPLE_RATE = 16000
 WINDOW = 512
 CONTEXT = 64
 STATE_SHAPE = (2, 1, 128)
-MODEL_FILE = "silero_vad.onnx"
-MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
+MODEL_FILE = "silero_vad_16k.onnx"
+MODEL_SHA256 = "0451080d2d87c49a6003b4daf3b203baf00dd54edfde9e4dd2e615807e7c1346"
+"""Silero VAD 6.2.3's 16 kHz network, cut out of the upstream file by tools/derive_silero_16k.py."""
 
 # name -> (ONNX element type, shape this wrapper uses); None dims in the model are dynamic.
 EXPECTED_INPUTS = {
     "input": ("tensor(float)", (1, CONTEXT + WINDOW)),
     "state": ("tensor(float)", STATE_SHAPE),
-    "sr": ("tensor(int64)", ()),
 }
 EXPECTED_OUTPUTS = {
     "output": ("tensor(float)", (1, 1)),
@@ -108,7 +108,6 @@ class SileroVAD:
             ) from exc
         check_interface(self.session.get_inputs(), self.session.get_outputs())
         self._np = np
-        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self._input = np.zeros((1, CONTEXT + WINDOW), dtype=np.float32)
         self._state = np.zeros(STATE_SHAPE, dtype=np.float32)
         log.debug("Silero VAD session created")
@@ -122,7 +121,7 @@ class SileroVAD:
         """Speech probability of the next 512 samples (int16, or float in [-1, 1]) of the stream."""
         self._input[0, CONTEXT:] = self._as_float(window)
         output, self._state = self.session.run(
-            None, {"input": self._input, "state": self._state, "sr": self._sr}
+            None, {"input": self._input, "state": self._state}
         )
         self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]
         return float(output[0, 0])

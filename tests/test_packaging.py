@@ -181,7 +181,7 @@ def test_wheel_contents(dist):
                     for n in names if ".dist-info/licenses/" in n}  # fmt: skip
     sources = {f"mcp_listen/{p.name}" for p in (REPO / "mcp_listen").glob("*.py")}
     assert sources <= names, sources - names
-    assert {"mcp_listen/models/silero_vad.onnx", "mcp_listen/models/LICENSE"} <= names
+    assert {"mcp_listen/models/silero_vad_16k.onnx", "mcp_listen/models/LICENSE"} <= names
     assert "Apache License" in licenses["LICENSE"] and "Version 2.0" in licenses["LICENSE"]
     assert "MIT" in licenses["mcp_listen/models/LICENSE"]
     for name in names:
@@ -201,7 +201,7 @@ def test_wheel_contents(dist):
 def test_sdist_contents(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {"pyproject.toml", "README.md", "LICENSE", "server.json", "mcp_listen/models/silero_vad.onnx"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE", "server.json", "mcp_listen/models/silero_vad_16k.onnx"} <= names
     assert not any(n.startswith(("tests/", "bench/", ".ci/")) or "__pycache__" in n for n in names), names
 
 

@@ -45,7 +45,7 @@ def probabilities(model: SileroVAD, audio: np.ndarray, reset: bool = True) -> np
 
 def test_packaged_model_is_the_documented_file():
     folder = resources.files("mcp_listen") / "models"
-    data = (folder / "silero_vad.onnx").read_bytes()
+    data = (folder / vad.MODEL_FILE).read_bytes()
     assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
     assert vad.MODEL_SHA256 in (folder / "README.md").read_text(encoding="utf-8")
     assert str(len(data)) in (folder / "README.md").read_text(encoding="utf-8").replace(",", "")
@@ -55,11 +55,10 @@ def test_packaged_model_is_the_documented_file():
 def test_model_interface_matches_what_the_wrapper_feeds(model):
     inputs = {arg.name: (arg.type, arg.shape) for arg in model.session.get_inputs()}
     outputs = {arg.name: (arg.type, arg.shape) for arg in model.session.get_outputs()}
-    assert set(inputs) == {"input", "state", "sr"}
+    assert set(inputs) == {"input", "state"}  # the 16 kHz network alone: no sample-rate input
     assert set(outputs) == {"output", "stateN"}
     assert inputs["input"][0] == "tensor(float)" and len(inputs["input"][1]) == 2
     assert inputs["state"][0] == "tensor(float)" and inputs["state"][1][0] == 2 and inputs["state"][1][2] == 128
-    assert inputs["sr"] == ("tensor(int64)", [])
     assert outputs["output"][0] == "tensor(float)" and len(outputs["output"][1]) == 2
     assert outputs["stateN"][0] == "tensor(float)" and len(outputs["stateN"][1]) == 3
     assert (WINDOW, CONTEXT) == (512, 64)
@@ -78,7 +77,7 @@ def _copy(args, **changes):
     [
         {"input": {"name": "x"}},
         {"state": {"shape": [2, None, 64]}},
-        {"sr": {"type": "tensor(float)"}},
+        {"state": {"type": "tensor(double)"}},
         {"input": {"shape": [None]}},
     ],
 )
@@ -129,7 +128,7 @@ def reference_probabilities(session, audio: np.ndarray) -> list[float]:
     result = []
     for start in range(0, len(audio) - 511, 512):
         x = np.concatenate([context, audio[None, start : start + 512]], axis=1)
-        out, state = session.run(None, {"input": x, "state": state, "sr": np.array(16000, dtype=np.int64)})
+        out, state = session.run(None, {"input": x, "state": state})
         context = x[:, -64:]
         result.append(float(out[0, 0]))
     return result
@@ -138,6 +137,18 @@ def reference_probabilities(session, audio: np.ndarray) -> list[float]:
 def test_streaming_matches_upstream_algorithm(model, jfk):
     audio = (jfk[: 4 * SAMPLE_RATE].astype(np.float32) / 32768.0).astype(np.float32)
     np.testing.assert_allclose(probabilities(model, audio), reference_probabilities(model.session, audio), atol=1e-6)
+
+
+UPSTREAM_JFK = [0.00167, 0.0832, 0.031314, 0.932935, 0.990164, 0.982173, 0.990902, 0.969589,
+                0.998417, 0.992213, 0.997682, 0.997485, 0.995232, 0.999041, 0.999405, 0.998691]
+"""Every 4th probability of jfk's first 64 windows from the *upstream* silero_vad.onnx 6.2.3
+(sha256 1a153a22...87e3, with sr=16000), by reference_probabilities: the vendored 16 kHz
+network must give the same."""
+
+
+def test_vendored_network_gives_upstreams_probabilities(model, jfk):
+    audio = jfk[: 64 * WINDOW].astype(np.float32) / 32768.0
+    np.testing.assert_allclose(reference_probabilities(model.session, audio)[::4], UPSTREAM_JFK, atol=2e-6)
 
 
 def test_int16_and_float_input_agree(model, jfk):
