@@ -178,7 +178,7 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
     from stats import summary
 
     from mcp_listen.endpoint import EndpointConfig, Endpointer
-    from mcp_listen.vad import SileroVAD
+    from mcp_listen.vad import SileroVAD, level_db
 
     vad = SileroVAD()
     decay, stop = [], []
@@ -200,8 +200,14 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
             vad.reset()
             endpointer = Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000))
             for w in range(len(audio) // 512):
-                probability = vad.probability(audio[w * 512 : (w + 1) * 512])
-                if endpointer.feed(probability, vad.level_db()):
+                window = audio[w * 512 : (w + 1) * 512]
+                level = level_db(window)
+                if endpointer.needs_vad(level):  # as the server does (pipeline._Tracker)
+                    probability = vad.probability(window)
+                else:
+                    probability = 0.0
+                    vad.skip(window)
+                if endpointer.feed(probability, level):
                     break
             speech_end = lead + last + 1
             stop.append(((w + 1) * 512 - speech_end) * 1000 / RATE - silence_ms)

@@ -13,6 +13,10 @@ much late. When a silence run starts, the windows just before it that were alrea
 quiet by level (30 dB under the loudest speech, or within 10 dB of the noise floor) are
 counted as silence too, at most `decay_windows` of them: the stop then lands
 `silence_ms` after the speech really ended.
+
+The level also says when Silero need not run at all (`needs_vad`): in a quiet room, a window
+at the noise floor while nobody is speaking cannot be speech, and its probability could not
+change any decision. Skipped windows are fed as probability 0.
 """
 
 from __future__ import annotations
@@ -68,6 +72,15 @@ class EndpointConfig:
     quiet_above_floor_db: float = 10.0
     """...and so is one less than this above the noise floor heard before speech (a noisy room)."""
 
+    gate_margin_db: float = 6.0
+    """Silero is skipped for a window at most this far above the recent noise floor..."""
+
+    gate_quiet_room_db: float = -50.0
+    """...only when that floor is below this (in a louder room Silero always runs)..."""
+
+    gate_after_silence_windows: int = 8
+    """...and, once speech started, only after this many windows of silence (never mid-word)."""
+
     def __post_init__(self) -> None:
         for name in ("silence_ms", "max_ms", "no_speech_timeout_ms", "onset_ms", "onset_span_ms", "window_ms"):
             value = getattr(self, name)
@@ -77,8 +90,10 @@ class EndpointConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
         if self.onset_span_ms < self.onset_ms:
             raise ValueError("onset_span_ms must be >= onset_ms, or speech could never be confirmed.")
-        if isinstance(self.decay_windows, bool) or not isinstance(self.decay_windows, int) or self.decay_windows < 0:
-            raise ValueError(f"decay_windows must be an integer >= 0, got {self.decay_windows!r}.")
+        for name in ("decay_windows", "gate_after_silence_windows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}.")
         if not (0.0 < self.silence_threshold <= self.speech_threshold <= 1.0):
             raise ValueError("Thresholds must satisfy 0 < silence_threshold <= speech_threshold <= 1.")
 
@@ -95,6 +110,9 @@ class EndpointConfig:
 
 FLOOR_WINDOWS = 62
 """Pre-speech windows (about 2 s) whose median level is the noise floor."""
+
+GATE_WINDOWS = 31
+"""Recent windows (about 1 s) whose quietest level is the floor the VAD gate compares against."""
 
 SILENT_DB = -120.0
 """Level of digital silence (levels are clamped here)."""
@@ -127,6 +145,7 @@ class Endpointer:
         self._floor_db: float | None = None
         self._quiet_run = 0
         """Consecutive most recent windows that were quiet by level."""
+        self._recent_levels: deque[float] = deque(maxlen=GATE_WINDOWS)
 
     @property
     def elapsed_ms(self) -> float:
@@ -162,9 +181,29 @@ class Endpointer:
         self.stop_reason = self._stop_reason()
         return self.stop_reason
 
+    def needs_vad(self, level_db: float) -> bool:
+        """Whether the next window (of this level) must go through Silero; if not, feed it probability 0.
+
+        Skipped: a window within gate_margin_db of the quietest of the last ~1 s, in a room quieter
+        than gate_quiet_room_db, while no speech is under way (none confirmed and no loud window
+        pending, or a silence run of gate_after_silence_windows already). Anything louder, any
+        onset in progress, and the first windows of a recording always run.
+        """
+        config = self.config
+        recent = self._recent_levels
+        if len(recent) < config.gate_after_silence_windows:
+            return True
+        floor = min(recent)
+        if floor > config.gate_quiet_room_db or max(level_db, SILENT_DB) > floor + config.gate_margin_db:
+            return True
+        if self.speech_detected:
+            return self._silence_run < config.gate_after_silence_windows
+        return bool(self._recent_loud)
+
     def _track_level(self, probability: float, level_db: float) -> None:
         """Noise floor before speech, loudest speech window, and the run of quiet windows."""
         config = self.config
+        self._recent_levels.append(level_db)
         if probability >= config.speech_threshold:
             self._peak_db = max(self._peak_db, level_db)
         if not self.speech_detected:

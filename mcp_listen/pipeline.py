@@ -423,8 +423,9 @@ class _Tracker:
         self.endpointer: Any = None
         if plan.stop_on_silence or phrases is not None:
             from mcp_listen.endpoint import Endpointer
-            from mcp_listen.vad import shared_vad
+            from mcp_listen.vad import level_db, shared_vad
 
+            self._level_db = level_db
             self.vad = shared_vad()
             self.vad.reset()
             self.endpointer = Endpointer(self._endpoint_config(plan))
@@ -447,8 +448,13 @@ class _Tracker:
         reason = None
         speaking = False
         if self.endpointer is not None:
-            probability = self.vad.probability(window)
-            reason = self.endpointer.feed(probability, self.vad.level_db())
+            level = self._level_db(window)
+            if self.endpointer.needs_vad(level):
+                probability = self.vad.probability(window)
+            else:  # a quiet room's floor while nobody speaks: Silero's answer could not matter
+                probability = 0.0
+                self.vad.skip(window)
+            reason = self.endpointer.feed(probability, level)
             speaking = self.endpointer.speech_detected and probability >= 0.5
             self._note_events()
             if self._cutter is not None:

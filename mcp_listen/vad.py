@@ -126,14 +126,15 @@ class SileroVAD:
         self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]
         return float(output[0, 0])
 
-    def level_db(self) -> float:
-        """Mean power of the window last given to probability(), in dBFS (digital silence: -120).
+    def skip(self, window: np.ndarray) -> None:
+        """Let a window pass unheard (the endpointer's gate said it cannot matter).
 
-        The endpointer times the end of speech by it: Silero's probability lags the audio.
+        The stream restarts after it: the next probability() starts from a fresh state, with this
+        window's last 64 samples as context, as a recording's first window does.
         """
-        window = self._input[0, CONTEXT:]
-        power = float(self._np.dot(window, window)) / WINDOW
-        return 10.0 * math.log10(power) if power > 1e-12 else -120.0
+        self._input[0, CONTEXT:] = self._as_float(window)
+        self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]
+        self._state = self._np.zeros(STATE_SHAPE, dtype=self._np.float32)
 
     def _as_float(self, window: Any) -> np.ndarray:
         np = self._np
@@ -145,6 +146,21 @@ class SileroVAD:
         if samples.dtype.kind == "f":
             return samples.astype(np.float32, copy=False)
         raise ValueError(f"VAD samples must be int16 or float in [-1, 1], got {samples.dtype}.")
+
+
+def level_db(window: Any) -> float:
+    """Mean power of one window of int16 (or float in [-1, 1]) samples, in dBFS; digital silence is -120.
+
+    The endpointer times the end of speech by it (Silero's probability lags the audio) and
+    skips Silero for windows at a quiet room's noise floor.
+    """
+    import numpy as np
+
+    samples = np.asarray(window)
+    scale = 1.0 / 32768.0 if samples.dtype == np.int16 else 1.0
+    x = samples.astype(np.float32).reshape(-1)
+    power = float(np.dot(x, x)) / max(1, x.size) * scale * scale
+    return 10.0 * math.log10(power) if power > 1e-12 else -120.0
 
 
 _shared: SileroVAD | None = None

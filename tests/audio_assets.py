@@ -161,6 +161,22 @@ def silence(ms: int) -> Path:
     return _cached_samples("silence", (int(ms),), make)
 
 
+def with_noise(part: "Part", dbfs: float, seed: int = 2) -> Path:
+    """``part`` plus steady white noise at ``dbfs`` (RMS): a room's noise floor under the whole clip.
+    Seeded and cached, so the same arguments always give the same samples."""
+
+    def make():
+        import numpy as np
+
+        clean = samples_of(part).astype(np.float64)
+        rng = np.random.default_rng(seed)
+        noise = rng.standard_normal(len(clean)) * 32768.0 * 10 ** (dbfs / 20)
+        return np.clip(np.round(clean + noise), -32768, 32767).astype(np.int16)
+
+    digest = hashlib.sha256(samples_of(part).tobytes()).hexdigest()
+    return _cached_samples("noisy", (digest, float(dbfs), int(seed)), make)
+
+
 def click(ms: int = 150, amplitude: float = 0.8, seed: int = 1) -> Path:
     """A burst of white noise (a cough, a door, a keyboard): loud but not speech.
     Seeded, so the same arguments always give the same samples."""

@@ -268,3 +268,63 @@ def test_level_must_be_dbfs():
             Endpointer().feed(LOUD, level)
     with pytest.raises(ValueError, match="decay_windows"):
         EndpointConfig(decay_windows=-1)
+
+
+# ---------------------------------------------------------------- when Silero need not run
+
+
+def fed(pairs, config: EndpointConfig | None = None) -> Endpointer:
+    endpointer = Endpointer(config or EndpointConfig())
+    for probability, level in pairs:
+        endpointer.feed(probability, level)
+    return endpointer
+
+
+def test_vad_runs_for_the_first_windows_of_a_recording():
+    endpointer = Endpointer()
+    for _ in range(8):
+        assert endpointer.needs_vad(FLOOR_DB)
+        endpointer.feed(QUIET, FLOOR_DB)
+    assert not endpointer.needs_vad(FLOOR_DB)  # 8 windows of a quiet floor: nobody is speaking
+
+
+def test_vad_runs_for_anything_louder_than_the_floor():
+    endpointer = fed([(QUIET, FLOOR_DB)] * 20)
+    assert not endpointer.needs_vad(FLOOR_DB + 5.9)
+    assert endpointer.needs_vad(FLOOR_DB + 6.1)
+    assert endpointer.needs_vad(SPEECH_DB)
+
+
+def test_vad_always_runs_in_a_loud_room():
+    endpointer = fed([(QUIET, -45.0)] * 40)
+    assert endpointer.needs_vad(-45.0)
+
+
+def test_vad_runs_while_an_onset_is_pending():
+    endpointer = fed([(QUIET, FLOOR_DB)] * 20 + [(LOUD, SPEECH_DB)] * 3 + [(QUIET, FLOOR_DB)] * 5)
+    assert endpointer.needs_vad(FLOOR_DB)  # 3 loud windows could still become speech
+    endpointer = fed([(QUIET, FLOOR_DB)] * 20 + [(LOUD, SPEECH_DB)] * 3 + [(QUIET, FLOOR_DB)] * 20)
+    assert not endpointer.needs_vad(FLOOR_DB)  # they fell out of the onset span
+
+
+def test_vad_runs_through_speech_and_the_start_of_each_pause():
+    speech = [(QUIET, FLOOR_DB)] * 20 + [(LOUD, SPEECH_DB)] * 31
+    endpointer = fed(speech)
+    assert endpointer.speech_detected and endpointer.needs_vad(FLOOR_DB)
+    for _ in range(7):
+        endpointer.feed(QUIET, FLOOR_DB)
+        assert endpointer.needs_vad(FLOOR_DB)  # a pause between words: Silero still decides
+    endpointer.feed(QUIET, FLOOR_DB)
+    assert not endpointer.needs_vad(FLOOR_DB)  # 8 windows of silence at the floor
+
+
+def test_skipped_windows_count_as_silence():
+    pairs = [(QUIET, FLOOR_DB)] * 20 + [(LOUD, SPEECH_DB)] * 31
+    endpointer = fed(pairs)
+    stops = 0
+    for index in range(100):
+        probability = QUIET if endpointer.needs_vad(FLOOR_DB) else 0.0
+        if endpointer.feed(probability, FLOOR_DB):
+            stops = index + 1
+            break
+    assert stops == 32  # 1000 ms, the same as without the gate

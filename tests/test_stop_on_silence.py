@@ -72,6 +72,25 @@ async def test_stops_after_silence_ms_and_keeps_a_shorter_pause(env, vmic, silen
     assert silence_ms <= after_ms <= silence_ms + 150, f"stopped {after_ms:.0f} ms after the speech ended"
 
 
+@pytest.mark.parametrize("noise_dbfs", [-60, -45])  # a quiet room (Silero skipped at the floor), a louder one
+async def test_stop_timing_is_the_same_over_a_rooms_noise_floor(env, vmic, noise_dbfs):
+    speech = without_trailing_silence(A.speech("the quick brown fox jumps over the lazy dog"))
+    lead = 1500 * RATE // 1000
+    clean = A.concat([A.silence(1500), speech, A.silence(700), A.speech("and then it ran away"), A.silence(3500)])
+    clip = A.with_noise(clean, noise_dbfs)
+    data = await capture_while_playing(env, vmic, clip, {"stop_on_silence": True, "silence_ms": 1000, "duration_ms": 20000})
+    assert data["stopped_by"] == "silence" and data["speech_detected"] is True
+    recording = A.read_wav(data["path"])
+    played = A.read_wav(clip)
+    lag, peak = A.xcorr_align(recording, played[lead : lead + len(speech)])
+    assert peak > 0.999
+    second_start = len(speech) + 700 * RATE // 1000  # in clip samples after the lead
+    second = A.read_wav(A.speech("and then it ran away"))
+    speech_end = lag + second_start + A.last_loud_sample(second) + 1
+    after_ms = (len(recording) - speech_end) * 1000 / RATE
+    assert 1000 <= after_ms <= 1150, f"stopped {after_ms:.0f} ms after the speech ended"
+
+
 async def test_continuous_speech_ends_at_the_ceiling(env, vmic):
     long_speech = A.speech(
         "this sentence keeps going for quite a while so that it lasts longer than the two second ceiling"

@@ -121,10 +121,10 @@ def test_reset_makes_runs_repeatable(model, jfk):
     assert not np.array_equal(first, carried)
 
 
-def reference_probabilities(session, audio: np.ndarray) -> list[float]:
+def reference_probabilities(session, audio: np.ndarray, context: np.ndarray | None = None) -> list[float]:
     """Upstream silero_vad OnnxWrapper's algorithm, written out independently of the wrapper."""
     state = np.zeros((2, 1, 128), dtype=np.float32)
-    context = np.zeros((1, 64), dtype=np.float32)
+    context = np.zeros((1, 64), dtype=np.float32) if context is None else context.reshape(1, 64)
     result = []
     for start in range(0, len(audio) - 511, 512):
         x = np.concatenate([context, audio[None, start : start + 512]], axis=1)
@@ -190,13 +190,22 @@ def test_shared_vad_is_one_instance_per_process():
 
 
 
-def test_level_db_is_the_last_windows_mean_power(model):
-    import numpy as np
-
+def test_level_db_is_a_windows_mean_power_in_dbfs():
     full_scale_square = np.full(512, 32767, dtype=np.int16)
-    model.probability(full_scale_square)
-    assert model.level_db() == pytest.approx(0.0, abs=0.01)
-    model.probability((full_scale_square // 100).astype(np.int16))  # 40 dB down
-    assert model.level_db() == pytest.approx(-40.0, abs=0.05)
-    model.probability(np.zeros(512, dtype=np.int16))
-    assert model.level_db() == -120.0
+    assert vad.level_db(full_scale_square) == pytest.approx(0.0, abs=0.01)
+    assert vad.level_db((full_scale_square // 100).astype(np.int16)) == pytest.approx(-40.0, abs=0.05)
+    assert vad.level_db(full_scale_square / 32768.0 / 10) == pytest.approx(-20.0, abs=0.01)  # float input
+    assert vad.level_db(np.zeros(512, dtype=np.int16)) == -120.0
+
+
+def test_a_skipped_window_restarts_the_stream_with_its_tail_as_context(model, jfk):
+    speech = jfk[: 40 * WINDOW]
+    quiet = np.zeros(WINDOW, dtype=np.int16)
+    quiet[-CONTEXT:] = jfk[40 * WINDOW : 40 * WINDOW + CONTEXT]
+    after = jfk[41 * WINDOW : 61 * WINDOW]
+    probabilities(model, speech)  # state full of speech
+    model.skip(quiet)
+    resumed = probabilities(model, after, reset=False)
+    tail = (quiet[-CONTEXT:] / 32768.0).astype(np.float32)  # a new stream, `quiet` just before it
+    expected = reference_probabilities(model.session, (after / 32768.0).astype(np.float32), tail)
+    np.testing.assert_allclose(resumed, expected, atol=1e-6)
