@@ -87,31 +87,71 @@ def rescan_cost(env: dict[str, str], calls: int = 15) -> dict[str, float]:
     }
 
 
-def vad_cpu(server: TimedServer, seconds: int = 10) -> dict[str, Any]:
-    """Server CPU during a silent stop_on_silence capture (VAD on) vs a fixed capture (VAD off).
+LISTENING = ("silence", "room_60db", "room_45db", "room_35db", "speech")
+"""What the microphone hears while the VAD's cost is measured (see _condition_clip)."""
 
-    Both last `seconds` of audio; the stop-on-silence one ends by no_speech_timeout (10 s).
+
+def vad_cpu(rig: Any, server: TimedServer, seconds: int = 10) -> dict[str, Any]:
+    """Server CPU for `seconds` of listening with the VAD on, minus the same without it.
+
+    For each condition, a fixed capture_audio (no VAD) and a stop_on_silence one (VAD on,
+    ended by no_speech_timeout or, for speech, by the same length as ceiling) hear the same
+    clip; the difference is what the VAD costs per second of audio. Conditions: digital
+    silence; steady white noise at -60, -45 and -35 dBFS (rooms: Silero is skipped at the
+    floor of rooms under -40 dBFS, and runs on every window of a louder one); continuous speech.
     A short stop_on_silence capture first creates the Silero session, so it is not counted.
     """
     server.tool("capture_audio", {"stop_on_silence": True, "duration_ms": 1000})
-    cpu: dict[str, float] = {}
-    for label, args in (
-        ("fixed", {"duration_ms": seconds * 1000}),
-        ("vad", {"stop_on_silence": True, "duration_ms": 30000}),
-    ):
-        before = server.stats["cpu_s"]
-        t = time.monotonic()
-        data = server.tool("capture_audio", args, timeout=60)
-        cpu[label] = server.stats["cpu_s"] - before
-        cpu[label + "_wall_s"] = time.monotonic() - t
-        os.unlink(data["path"])
-    audio_s = seconds
-    return {
-        "fixed_capture_cpu_pct": round(100 * cpu["fixed"] / audio_s, 2),
-        "vad_capture_cpu_pct": round(100 * cpu["vad"] / audio_s, 2),
-        "vad_cpu_pct_of_core": round(100 * (cpu["vad"] - cpu["fixed"]) / audio_s, 2),
-        "tick_resolution_pct": round(100 / os.sysconf("SC_CLK_TCK") / audio_s, 2),
-    }
+    out: dict[str, Any] = {}
+    for condition in LISTENING:
+        clip = _condition_clip(condition, seconds)
+        cpu = {}
+        for label, args in (
+            ("fixed", {"duration_ms": seconds * 1000}),
+            ("vad", {"stop_on_silence": True, "duration_ms": seconds * 1000}),
+        ):
+            cpu[label], data = _capture_cpu(rig, server, args, clip)
+        if condition != "silence":
+            assert data["stopped_by"] == "ceiling", f"{condition}: {data}"
+        out[condition] = {
+            "fixed_capture_cpu_pct": round(100 * cpu["fixed"] / seconds, 2),
+            "vad_capture_cpu_pct": round(100 * cpu["vad"] / seconds, 2),
+            "vad_cpu_pct_of_core": round(100 * (cpu["vad"] - cpu["fixed"]) / seconds, 2),
+        }
+    out["tick_resolution_pct"] = round(100 / os.sysconf("SC_CLK_TCK") / seconds, 2)
+    return out
+
+
+def _condition_clip(condition: str, seconds: int) -> Path | None:
+    """The clip played into the microphone during the captures (None: nothing, digital silence)."""
+    import clips
+
+    length_ms = (seconds + 3) * 1000
+    if condition.startswith("room_"):
+        return A.with_noise(A.silence(length_ms), -int(condition[5:7]))
+    if condition == "speech":
+        return clips.utterance_clips(1000)["20s"].path
+    return None
+
+
+def _capture_cpu(rig: Any, server: TimedServer, args: dict[str, Any], clip: Path | None) -> tuple[float, dict]:
+    """CPU seconds the server spent on one capture_audio while `clip` plays."""
+    from rig import stop_player
+
+    before = server.stats["cpu_s"]
+    rid, _ = server.start_tool("capture_audio", args, f"cpu-{time.monotonic()}")
+    player = None
+    if clip is not None:
+        server.wait_until_recording()
+        _, player = rig.play(clip)
+    try:
+        _, msg = server.reply(rid, timeout=60)
+    finally:
+        if player is not None:
+            stop_player(player)
+    data = msg["result"]["structuredContent"]
+    os.unlink(data["path"])
+    return server.stats["cpu_s"] - before, data
 
 
 def vad_per_window(windows: int = 2000) -> dict[str, Any]:

@@ -137,7 +137,7 @@ def run_session(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
         rss = {"idle": footprint.idle_rss(server)}
         report["list_audio_devices"].update(footprint.list_devices(server, calls=10))
         rss["after_list_devices"] = footprint.idle_rss(server)
-        report["vad_cpu"] = footprint.vad_cpu(server)
+        report["vad_cpu"] = footprint.vad_cpu(rig, server)
         rss["after_capture"] = footprint.idle_rss(server)
         report["rss"] = rss
         rig.start_monitor()
@@ -430,10 +430,11 @@ def targets(report: dict) -> dict[str, Any]:
             out["post_speech_flat_20s_minus_2s_ms"] = verdict(
                 warm["20s"] - warm["2s"], 50
             )
-    if g("vad_cpu"):
-        out["vad_cpu_pct_of_core"] = verdict(
-            report["vad_cpu"]["vad_cpu_pct_of_core"], 1.0
-        )
+    for condition in footprint.LISTENING:
+        if (g("vad_cpu") or {}).get(condition):
+            out[f"vad_cpu_{condition}_pct_of_core"] = verdict(
+                report["vad_cpu"][condition]["vad_cpu_pct_of_core"], 1.0
+            )
     rss = g("rss") or {}
     if "idle" in rss:
         out["rss_idle_mb"] = verdict(rss["idle"]["rss_mb"], 70)

@@ -75,8 +75,8 @@ class EndpointConfig:
     gate_margin_db: float = 6.0
     """Silero is skipped for a window at most this far above the recent noise floor..."""
 
-    gate_quiet_room_db: float = -50.0
-    """...only when that floor is below this (in a louder room Silero always runs)..."""
+    gate_quiet_room_db: float = -40.0
+    """...only when that floor is below this (in a loud room Silero always runs)..."""
 
     gate_after_silence_windows: int = 8
     """...and, once speech started, only after this many windows of silence (never mid-word)."""

@@ -296,8 +296,10 @@ def test_vad_runs_for_anything_louder_than_the_floor():
 
 
 def test_vad_always_runs_in_a_loud_room():
-    endpointer = fed([(QUIET, -45.0)] * 40)
-    assert endpointer.needs_vad(-45.0)
+    endpointer = fed([(QUIET, -39.0)] * 40)
+    assert endpointer.needs_vad(-39.0)
+    endpointer = fed([(QUIET, -41.0)] * 40)
+    assert not endpointer.needs_vad(-41.0)
 
 
 def test_vad_runs_while_an_onset_is_pending():
