@@ -129,12 +129,12 @@ class SileroVAD:
     def skip(self, window: np.ndarray) -> None:
         """Let a window pass unheard (the endpointer's gate said it cannot matter).
 
-        The stream restarts after it: the next probability() starts from a fresh state, with this
-        window's last 64 samples as context, as a recording's first window does.
+        The recurrent state stays as it was (the stream pauses on the room's noise) and the
+        window's last 64 samples become the context, so the next window is read in place.
+        Measured on 88 noisy clips: resetting the state instead missed quiet speech in 9-13.
         """
         self._input[0, CONTEXT:] = self._as_float(window)
         self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]
-        self._state = self._np.zeros(STATE_SHAPE, dtype=self._np.float32)
 
     def _as_float(self, window: Any) -> np.ndarray:
         np = self._np

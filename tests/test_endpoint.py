@@ -290,8 +290,8 @@ def test_vad_runs_for_the_first_windows_of_a_recording():
 
 def test_vad_runs_for_anything_louder_than_the_floor():
     endpointer = fed([(QUIET, FLOOR_DB)] * 20)
-    assert not endpointer.needs_vad(FLOOR_DB + 5.9)
-    assert endpointer.needs_vad(FLOOR_DB + 6.1)
+    assert not endpointer.needs_vad(FLOOR_DB + 2.9)
+    assert endpointer.needs_vad(FLOOR_DB + 3.1)
     assert endpointer.needs_vad(SPEECH_DB)
 
 

@@ -121,9 +121,14 @@ def test_reset_makes_runs_repeatable(model, jfk):
     assert not np.array_equal(first, carried)
 
 
-def reference_probabilities(session, audio: np.ndarray, context: np.ndarray | None = None) -> list[float]:
+def reference_probabilities(session, audio: np.ndarray) -> list[float]:
     """Upstream silero_vad OnnxWrapper's algorithm, written out independently of the wrapper."""
-    state = np.zeros((2, 1, 128), dtype=np.float32)
+    return reference_stream(session, audio)[0]
+
+
+def reference_stream(session, audio: np.ndarray, context=None, state=None):
+    """(probabilities, state, context) of the reference algorithm, optionally resuming a stream."""
+    state = np.zeros((2, 1, 128), dtype=np.float32) if state is None else state
     context = np.zeros((1, 64), dtype=np.float32) if context is None else context.reshape(1, 64)
     result = []
     for start in range(0, len(audio) - 511, 512):
@@ -131,7 +136,7 @@ def reference_probabilities(session, audio: np.ndarray, context: np.ndarray | No
         out, state = session.run(None, {"input": x, "state": state})
         context = x[:, -64:]
         result.append(float(out[0, 0]))
-    return result
+    return result, state, context
 
 
 def test_streaming_matches_upstream_algorithm(model, jfk):
@@ -198,14 +203,13 @@ def test_level_db_is_a_windows_mean_power_in_dbfs():
     assert vad.level_db(np.zeros(512, dtype=np.int16)) == -120.0
 
 
-def test_a_skipped_window_restarts_the_stream_with_its_tail_as_context(model, jfk):
-    speech = jfk[: 40 * WINDOW]
-    quiet = np.zeros(WINDOW, dtype=np.int16)
+def test_a_skipped_window_pauses_the_stream_and_becomes_its_context(model, jfk):
+    as_float = lambda x: (x / 32768.0).astype(np.float32)  # noqa: E731
+    speech, quiet, after = jfk[: 40 * WINDOW], np.zeros(WINDOW, dtype=np.int16), jfk[41 * WINDOW : 61 * WINDOW]
     quiet[-CONTEXT:] = jfk[40 * WINDOW : 40 * WINDOW + CONTEXT]
-    after = jfk[41 * WINDOW : 61 * WINDOW]
-    probabilities(model, speech)  # state full of speech
+    probabilities(model, speech)
     model.skip(quiet)
     resumed = probabilities(model, after, reset=False)
-    tail = (quiet[-CONTEXT:] / 32768.0).astype(np.float32)  # a new stream, `quiet` just before it
-    expected = reference_probabilities(model.session, (after / 32768.0).astype(np.float32), tail)
+    _, state, _ = reference_stream(model.session, as_float(speech))  # the state the speech left
+    expected, _, _ = reference_stream(model.session, as_float(after), context=as_float(quiet[-CONTEXT:]), state=state)
     np.testing.assert_allclose(resumed, expected, atol=1e-6)
