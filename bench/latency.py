@@ -178,7 +178,7 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
     from stats import summary
 
     from mcp_listen.endpoint import EndpointConfig, Endpointer
-    from mcp_listen.vad import SileroVAD, level_db
+    from mcp_listen.vad import SileroVAD
 
     vad = SileroVAD()
     decay, stop = [], []
@@ -197,18 +197,8 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
                     np.zeros(2 * RATE + silence_ms * 16, np.int16),
                 ]
             )
-            vad.reset()
             endpointer = Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000))
-            for w in range(len(audio) // 512):
-                window = audio[w * 512 : (w + 1) * 512]
-                level = level_db(window)
-                if endpointer.needs_vad(level):  # as the server does (pipeline._Tracker)
-                    probability = vad.probability(window)
-                else:
-                    probability = 0.0
-                    vad.skip(window)
-                if endpointer.feed(probability, level):
-                    break
+            _, w, _ = replay(vad, endpointer, audio)
             speech_end = lead + last + 1
             stop.append(((w + 1) * 512 - speech_end) * 1000 / RATE - silence_ms)
             decay.append(
@@ -221,4 +211,64 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
         "rounding_overshoot_ms": overshoot,
         "sentences": len(texts),
         "phases": phases,
+    }
+
+
+def replay(vad: Any, endpointer: Any, audio: Any, gate: bool = True) -> tuple[str | None, int, int]:
+    """Feed `audio` window by window as the server does (pipeline._Tracker): (reason, last window, skipped)."""
+    from mcp_listen.vad import level_db
+
+    vad.reset()
+    skipped = 0
+    for w in range(len(audio) // 512):
+        window = audio[w * 512 : (w + 1) * 512]
+        level = level_db(window)
+        if not gate or endpointer.needs_vad(level):
+            probability = vad.probability(window)
+        else:
+            probability = 0.0
+            vad.skip(window)
+            skipped += 1
+        reason = endpointer.feed(probability, level)
+        if reason:
+            return reason, w, skipped
+    return None, w, skipped
+
+
+def gate_replay(silence_ms: int) -> dict[str, Any]:
+    """What skipping Silero at the noise floor changes: the clips' sentences at four speech levels
+    over two rooms' noise, replayed with and without the gate (speech missed, stop moved)."""
+    import numpy as np
+    from clips import STOP_SENTENCES, UTTERANCES
+    from stats import summary
+
+    from mcp_listen.endpoint import EndpointConfig, Endpointer
+    from mcp_listen.vad import SileroVAD
+
+    vad = SileroVAD()
+    rng = np.random.default_rng(5)
+    texts = list(STOP_SENTENCES) + [s for sentences in UTTERANCES.values() for s in sentences]
+    missed, moved, skipped, windows = 0, [], 0, 0
+    for floor_db in (-60, -45):
+        for speech_db in (-45, -40, -35, -30):
+            for text in texts:
+                speech = A.read_wav(A.speech(text)).astype(np.float32) / 32768
+                speech *= 10 ** (speech_db / 20) / np.sqrt(np.mean(speech[np.abs(speech) > 1e-4] ** 2))
+                audio = np.concatenate([np.zeros(24000, np.float32), speech, np.zeros(2 * RATE + silence_ms * 16, np.float32)])
+                audio += rng.normal(0, 10 ** (floor_db / 20), len(audio)).astype(np.float32)
+                runs = {
+                    gate: replay(vad, Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000)), audio, gate)
+                    for gate in (False, True)
+                }
+                if runs[False][0] == "silence" and runs[True][0] != "silence":
+                    missed += 1
+                elif runs[True][0] == runs[False][0] == "silence":
+                    moved.append((runs[True][1] - runs[False][1]) * 32)
+                skipped += runs[True][2]
+                windows += runs[True][1] + 1
+    return {
+        "clips": 2 * 4 * len(texts),
+        "speech_missed_by_gate": missed,
+        "stop_moved_ms": summary(moved),
+        "windows_skipped_pct": round(100 * skipped / windows, 1),
     }

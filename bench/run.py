@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         section("wer", lambda: run_wer(opts, report))
         report["vad_per_window"] = footprint.vad_per_window()
         report["stop_floor"] = latency.stop_floor(opts.silence_ms)
+        report["vad_gate"] = latency.gate_replay(opts.silence_ms)
         if not opts.skip_venv:
             section(
                 "venv",
@@ -211,6 +212,7 @@ def run_voice(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
                             )
                         )
                     if model_name.startswith("tiny"):
+                        time.sleep(1.0)  # settled, as for idle RSS: freed memory is returned after the call
                         rss_model.append(server.stats)
                 finally:
                     latency.close_server(server)
@@ -478,7 +480,12 @@ def print_summary(report: dict) -> None:
         print(f"stop floor (offline replay): stop {fmt(f['stop_latency_ms'])}, Silero decay {fmt(f['silero_decay_ms'])}, "
               f"rounding {f['rounding_overshoot_ms']} ms")  # fmt: skip
     if report.get("vad_cpu"):
-        print(f"VAD CPU {report['vad_cpu']}; per window {report.get('vad_per_window')}")
+        cpu = {k: v["vad_cpu_pct_of_core"] for k, v in report["vad_cpu"].items() if isinstance(v, dict)}
+        print(f"VAD CPU % of a core: {cpu}; Silero back to back {report.get('vad_per_window')}")
+    if report.get("vad_gate"):
+        g = report["vad_gate"]
+        print(f"VAD gate: {g['windows_skipped_pct']} % of windows skipped, speech missed "
+              f"{g['speech_missed_by_gate']}/{g['clips']}, stop moved {fmt(g['stop_moved_ms'])}")  # fmt: skip
     if report.get("rss"):
         print(f"RSS {report['rss']}")
     if report.get("venv_size"):
