@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import threading
 from functools import lru_cache
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
@@ -45,7 +42,9 @@ def _libc() -> Any:
 def limit_arenas() -> bool:
     """Cap glibc's per-thread heaps and keep big buffers out of them; call before any thread starts."""
     libc = _libc()
-    return bool(libc is not None and libc.mallopt(M_ARENA_MAX, ARENAS) and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    if libc is None:
+        return False
+    return bool(libc.mallopt(M_ARENA_MAX, ARENAS) and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def release_free_memory() -> bool:

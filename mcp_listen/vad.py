@@ -160,7 +160,7 @@ def level_db(window: Any) -> float:
     scale = 1.0 / 32768.0 if samples.dtype == np.int16 else 1.0
     x = samples.astype(np.float32).reshape(-1)
     power = float(np.dot(x, x)) / max(1, x.size) * scale * scale
-    return 10.0 * math.log10(power) if power > 1e-12 else -120.0
+    return min(0.0, 10.0 * math.log10(power)) if power > 1e-12 else -120.0  # clipped float input: 0
 
 
 _shared: SileroVAD | None = None

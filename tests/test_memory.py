@@ -6,9 +6,9 @@ import os
 import platform
 
 import pytest
+from rpc import proc_memory_kb
 
 from mcp_listen import memory
-from rpc import proc_memory_kb
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim/mallopt are glibc's")
 

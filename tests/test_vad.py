@@ -201,6 +201,7 @@ def test_level_db_is_a_windows_mean_power_in_dbfs():
     assert vad.level_db((full_scale_square // 100).astype(np.int16)) == pytest.approx(-40.0, abs=0.05)
     assert vad.level_db(full_scale_square / 32768.0 / 10) == pytest.approx(-20.0, abs=0.01)  # float input
     assert vad.level_db(np.zeros(512, dtype=np.int16)) == -120.0
+    assert vad.level_db(np.full(512, 1.5)) == 0.0  # clipped float input never reads above full scale
 
 
 def test_a_skipped_window_pauses_the_stream_and_becomes_its_context(model, jfk):
