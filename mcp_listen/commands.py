@@ -130,10 +130,9 @@ class _Meter:
         self.count += 1
         if self.count % 3:
             return
-        import numpy as np
+        from mcp_listen.vad import level_db
 
-        rms = float(np.sqrt(np.mean(window.astype(np.float32) ** 2))) / 32768.0
-        db = 20 * np.log10(max(rms, 1e-5))
+        db = level_db(window)  # the level the endpointer uses
         filled = int(max(0.0, min(1.0, (db + 60) / 60)) * 40)
         vad = "speech" if speaking else "      "
         sys.stderr.write(f"\r\033[Klevel {db:6.1f} dBFS [{'#' * filled:<40}] {vad}")
