@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -52,6 +53,23 @@ def vmic() -> Iterator[VirtualMic]:
         refresh_portaudio()  # back to the original ALSA configuration for later sessions' code
     finally:
         mic.close()
+
+
+@pytest.fixture(autouse=True)
+def _vmic_alive(request: pytest.FixtureRequest) -> None:
+    """A test that uses the virtual microphone starts with its daemon running.
+
+    If the session's daemon died since the last test, it is restarted with a warning that
+    carries its log, so one lost daemon fails (at most) the test that lost it, not every
+    later one. Tests that stop it on purpose start it again themselves.
+    """
+    if "vmic" not in request.fixturenames:
+        return
+    mic = request.getfixturevalue("vmic")
+    if not mic.running:
+        warnings.warn(f"the virtual microphone's daemon had died; restarting it. {mic.log_tail()}", stacklevel=1)
+        mic.restart()
+        refresh_portaudio()
 
 
 @pytest.fixture(scope="session")

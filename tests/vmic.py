@@ -320,6 +320,7 @@ class VirtualMic:
             "pulseaudio", "-n", "-F", str(self.workdir / "vmic.pa"),
             "--daemonize=no", "--exit-idle-time=-1", "--disallow-exit",
             "--realtime=no", "--high-priority=no", "--use-pid-file=no",
+            "--no-cpu-limit",  # its load limiter ends the daemon when a loaded CI machine makes it look busy
             "--log-target=stderr", "--log-level=notice",
         ]  # fmt: skip
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
@@ -353,6 +354,10 @@ class VirtualMic:
         """A SIGKILLed daemon leaves its socket and pid file behind; remove them."""
         for name in ("native", "pid"):
             (self.workdir / "run" / name).unlink(missing_ok=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the daemon's log (every start appends to it), for error messages."""
+        return self._log_tail(lines)
 
     def _log_tail(self, lines: int = 40) -> str:
         try:
