@@ -135,21 +135,14 @@ def _condition_clip(condition: str, seconds: int) -> Path | None:
 
 
 def _capture_cpu(rig: Any, server: TimedServer, args: dict[str, Any], clip: Path | None) -> tuple[float, dict]:
-    """CPU seconds the server spent on one capture_audio while `clip` plays."""
-    from rig import stop_player
+    """CPU seconds the server spent on one capture_audio while `clip` plays (None: nothing plays)."""
+    from latency import _play_during
 
     before = server.stats["cpu_s"]
-    rid, _ = server.start_tool("capture_audio", args, f"cpu-{time.monotonic()}")
-    player = None
-    if clip is not None:
-        server.wait_until_recording()
-        _, player = rig.play(clip)
-    try:
-        _, msg = server.reply(rid, timeout=60)
-    finally:
-        if player is not None:
-            stop_player(player)
-    data = msg["result"]["structuredContent"]
+    if clip is None:
+        data = server.tool("capture_audio", args, timeout=60)
+    else:
+        data = _play_during(rig, server, "capture_audio", args, clip, f"cpu-{time.monotonic()}")["result"]
     os.unlink(data["path"])
     return server.stats["cpu_s"] - before, data
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from clips import Clip, wer
@@ -37,14 +38,14 @@ def _play_during(
     server: TimedServer,
     tool: str,
     args: dict[str, Any],
-    clip: Clip,
+    wav: Path,
     token: str,
 ) -> dict:
-    """Start `tool`, play `clip` once the microphone runs, wait for the result."""
+    """Start `tool`, play `wav` once the microphone runs, wait for the result."""
     rid, _ = server.start_tool(tool, args, token)
     server.wait_until_recording()
     time.sleep(SETTLE_S)
-    t_play, player = rig.play(clip.path)
+    t_play, player = rig.play(wav)
     try:
         t_reply, msg = server.reply(rid, timeout=90)
     finally:
@@ -82,7 +83,7 @@ def capture_stop(
 ) -> dict[str, Any]:
     """One capture_audio with stop_on_silence while `clip` plays: stop latency and wall-clock figures."""
     args = {"stop_on_silence": True, "silence_ms": silence_ms, "duration_ms": 20000}
-    run = _play_during(rig, server, "capture_audio", args, clip, token)
+    run = _play_during(rig, server, "capture_audio", args, clip.path, token)
     data = run["result"]
     wav = A.read_wav(data["path"])
     os.unlink(data["path"])
@@ -128,7 +129,7 @@ def voice_query(
         "duration_ms": 30000,
         "whisper_model": model,
     }
-    run = _play_during(rig, server, "voice_query", args, clip, token)
+    run = _play_during(rig, server, "voice_query", args, clip.path, token)
     data = run["result"]
     clock = _speech_end_time(rig, clip, run["t_play"], run["t_reply"])
     t_fin = _finished_at(server, token)
@@ -216,19 +217,17 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
 
 def replay(vad: Any, endpointer: Any, audio: Any, gate: bool = True) -> tuple[str | None, int, int]:
     """Feed `audio` window by window as the server does (pipeline._Tracker): (reason, last window, skipped)."""
-    from mcp_listen.vad import level_db
-
     vad.reset()
     skipped = 0
+
+    def needs_vad(level: float) -> bool:
+        nonlocal skipped
+        needed = not gate or endpointer.needs_vad(level)
+        skipped += not needed
+        return needed
+
     for w in range(len(audio) // 512):
-        window = audio[w * 512 : (w + 1) * 512]
-        level = level_db(window)
-        if not gate or endpointer.needs_vad(level):
-            probability = vad.probability(window)
-        else:
-            probability = 0.0
-            vad.skip(window)
-            skipped += 1
+        probability, level = vad.hear(audio[w * 512 : (w + 1) * 512], needs_vad)
         reason = endpointer.feed(probability, level)
         if reason:
             return reason, w, skipped

@@ -423,9 +423,8 @@ class _Tracker:
         self.endpointer: Any = None
         if plan.stop_on_silence or phrases is not None:
             from mcp_listen.endpoint import Endpointer
-            from mcp_listen.vad import level_db, shared_vad
+            from mcp_listen.vad import shared_vad
 
-            self._level_db = level_db
             self.vad = shared_vad()
             self.vad.reset()
             self.endpointer = Endpointer(self._endpoint_config(plan))
@@ -448,12 +447,7 @@ class _Tracker:
         reason = None
         speaking = False
         if self.endpointer is not None:
-            level = self._level_db(window)
-            if self.endpointer.needs_vad(level):
-                probability = self.vad.probability(window)
-            else:  # a quiet room's floor while nobody speaks: Silero's answer could not matter
-                probability = 0.0
-                self.vad.skip(window)
+            probability, level = self.vad.hear(window, self.endpointer.needs_vad)
             reason = self.endpointer.feed(probability, level)
             speaking = self.endpointer.speech_detected and probability >= 0.5
             self._note_events()

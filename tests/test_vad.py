@@ -204,12 +204,23 @@ def test_level_db_is_a_windows_mean_power_in_dbfs():
     assert vad.level_db(np.full(512, 1.5)) == 0.0  # clipped float input never reads above full scale
 
 
+def test_hear_gives_the_probability_and_the_level_of_each_window(model, jfk):
+    audio = jfk[: 20 * WINDOW]
+    model.reset()
+    heard = [model.hear(audio[i * WINDOW : (i + 1) * WINDOW]) for i in range(20)]
+    np.testing.assert_allclose([p for p, _ in heard], probabilities(model, audio), atol=1e-6)
+    expected = [vad.level_db(audio[i * WINDOW : (i + 1) * WINDOW]) for i in range(20)]
+    np.testing.assert_allclose([level for _, level in heard], expected, atol=1e-4)
+
+
 def test_a_skipped_window_pauses_the_stream_and_becomes_its_context(model, jfk):
     as_float = lambda x: (x / 32768.0).astype(np.float32)  # noqa: E731
     speech, quiet, after = jfk[: 40 * WINDOW], np.zeros(WINDOW, dtype=np.int16), jfk[41 * WINDOW : 61 * WINDOW]
     quiet[-CONTEXT:] = jfk[40 * WINDOW : 40 * WINDOW + CONTEXT]
     probabilities(model, speech)
-    model.skip(quiet)
+    asked = []
+    probability, level = model.hear(quiet, lambda level: asked.append(level) or False)  # gated: no Silero
+    assert probability == 0.0 and asked == [level] and level == pytest.approx(vad.level_db(quiet), abs=1e-4)
     resumed = probabilities(model, after, reset=False)
     _, state, _ = reference_stream(model.session, as_float(speech))  # the state the speech left
     expected, _, _ = reference_stream(model.session, as_float(after), context=as_float(quiet[-CONTEXT:]), state=state)
