@@ -13,6 +13,7 @@ import logging
 import math
 import threading
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:
@@ -39,15 +40,26 @@ EXPECTED_OUTPUTS = {
 }
 
 
+def model_folder() -> Any:
+    """The folder holding the bundled model, its LICENSE and README (a Traversable or a Path).
+
+    The repository keeps them in the top-level ``models/`` beside ``mcp_listen/``; the wheel
+    ships that folder as ``mcp_listen/models/`` (pyproject.toml, hatch force-include). So an
+    installed package finds it inside itself, and an editable checkout one level up."""
+    packaged = resources.files("mcp_listen") / "models"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "models"
+
+
 def read_model_bytes() -> bytes:
-    """The packaged model, found the same way in a checkout and in an installed wheel."""
-    resource = resources.files("mcp_listen") / "models" / MODEL_FILE
+    """The bundled model, found the same way in a checkout and in an installed wheel."""
+    resource = model_folder() / MODEL_FILE
     try:
         return resource.read_bytes()
     except OSError as exc:
         raise RuntimeError(
-            f"The bundled Silero VAD model (mcp_listen/models/{MODEL_FILE}) is missing or unreadable; "
-            "reinstall mcp-listen."
+            f"The bundled Silero VAD model ({resource}) is missing or unreadable; reinstall mcp-listen."
         ) from exc
 
 

@@ -85,24 +85,60 @@ def assets():
 # =============================================================================================
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+ASSETS = REPO / "tests" / "assets"
+ASSET_TOOL = REPO / "tools" / "make_test_assets.py"
+
+
+def _made_asset(kind: str, target: Path) -> Path:
+    """Run tools/make_test_assets.py (in a child: the model's conversion takes ~1 GB for a moment).
+    It returns at once when ``target`` already has the pinned sha256, else builds it from PyPI."""
+    done = subprocess.run(
+        [sys.executable, str(ASSET_TOOL), kind, str(target)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"could not make the test {kind} ({ASSET_TOOL.name} {kind} {target}): {done.stderr[-3000:]}")
+    return target
 
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    """A real tiny.en whisper.cpp model: MCP_LISTEN_TEST_MODEL (CI sets it), else made once."""
+    """A real tiny.en whisper.cpp model: MCP_LISTEN_TEST_MODEL if set, else tests/assets/ggml-tiny.en.bin,
+    built once from a PyPI wheel by tools/make_test_assets.py. Tests using it are marked `slow`."""
     configured = os.environ.get("MCP_LISTEN_TEST_MODEL")
-    for candidate in filter(None, [configured, "/work/assets/ggml-tiny.en.bin"]):
-        if Path(candidate).is_file():
-            return Path(candidate)
-    target = REPO / "tests" / "assets" / "ggml-tiny.en.bin"
-    tool = SHARED / "tools" / "whisper-test-model"
-    if not target.is_file():
-        if not tool.is_file():
-            pytest.fail(f"No test model: set MCP_LISTEN_TEST_MODEL or provide {tool}")
-        subprocess.run([sys.executable, str(tool), str(target)], check=True, stdout=subprocess.DEVNULL)
-    return target
+    if configured:
+        if not Path(configured).is_file():
+            pytest.fail(f"MCP_LISTEN_TEST_MODEL={configured} is not a file: unset it to build the model in {ASSETS}")
+        return Path(configured)
+    return _made_asset("model", ASSETS / "ggml-tiny.en.bin")
 
+
+@pytest.fixture(scope="session")
+def jfk_wav() -> Path:
+    """11 s of real speech (JFK, public domain; 16 kHz mono 16-bit): whisper.cpp's sample, taken
+    from the pywhispercpp sdist on PyPI into tests/assets/jfk.wav. Tests using it are marked `slow`."""
+    return _made_asset("speech", ASSETS / "jfk.wav")
+
+
+# =============================================================================================
+# Markers: what a test needs, derived from the fixtures it uses (pyproject.toml lists them)
+# =============================================================================================
+
+NEEDS = {
+    "mic": {"vmic"},  # the private PulseAudio virtual microphone (system packages)
+    "slow": {"model_path", "jfk_wav"},  # assets built from registry downloads on first use
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by the real peers it uses, directly or through other fixtures, so a test
+    added anywhere is sorted into the right tier without remembering a decorator.
+    The fast tier is ``pytest -m "not mic and not slow and not soak"``."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if used & fixtures and not item.get_closest_marker(marker):
+                item.add_marker(marker)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import wave
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,6 @@ from rpc import server_env
 from vmic import env_no_input_devices
 
 CLI = [sys.executable, "-m", "mcp_listen"]
-JFK = Path(__file__).resolve().parents[1].parent / "shared" / "audio" / "jfk.wav"
 
 
 def run(args, env, timeout=60, **kw):
@@ -87,8 +85,8 @@ def test_invalid_environment_exits_78_naming_the_variable(tmp_path):
     assert "MCP_LISTEN_OLLAMA_TIMEOUT_S" in done.stderr and secret not in done.stderr
 
 
-def test_transcribe_a_file(model_path):
-    done = run(["transcribe", str(JFK), "--whisper-model", str(model_path)], server_env(), timeout=120)
+def test_transcribe_a_file(model_path, jfk_wav):
+    done = run(["transcribe", str(jfk_wav), "--whisper-model", str(model_path)], server_env(), timeout=120)
     assert done.returncode == 0, done.stderr
     text = json.loads(done.stdout)["transcription"].lower()
     assert "ask not what your country can do for you" in text

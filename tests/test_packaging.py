@@ -181,9 +181,9 @@ def test_wheel_contents(dist):
                     for n in names if ".dist-info/licenses/" in n}  # fmt: skip
     sources = {f"mcp_listen/{p.name}" for p in (REPO / "mcp_listen").glob("*.py")}
     assert sources <= names, sources - names
-    assert {"mcp_listen/models/silero_vad_16k.onnx", "mcp_listen/models/LICENSE"} <= names
+    assert {"mcp_listen/models/silero_vad_16k.onnx", "mcp_listen/models/LICENSE", "mcp_listen/models/README.md"} <= names
     assert "Apache License" in licenses["LICENSE"] and "Version 2.0" in licenses["LICENSE"]
-    assert "MIT" in licenses["mcp_listen/models/LICENSE"]
+    assert "MIT" in licenses["models/LICENSE"]
     for name in names:
         assert not name.startswith(("tests/", "bench/", ".ci/")), name
         assert "__pycache__" not in name and not name.endswith(".pyc"), name
@@ -201,7 +201,8 @@ def test_wheel_contents(dist):
 def test_sdist_contents(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {"pyproject.toml", "README.md", "LICENSE", "server.json", "mcp_listen/models/silero_vad_16k.onnx"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE", "server.json", "models/silero_vad_16k.onnx", "models/LICENSE",
+            "models/README.md", "tools/derive_silero_16k.py"} <= names  # fmt: skip
     assert not any(n.startswith(("tests/", "bench/", ".ci/")) or "__pycache__" in n for n in names), names
 
 
@@ -221,6 +222,34 @@ def test_installed_wheel_runs_without_the_checkout(installed, work):
     assert Path(located.stdout.strip()).is_relative_to(installed)
     done = run([str(installed / "bin" / "mcp-listen"), "--version"], work)
     assert done.stdout.strip() == f"mcp-listen {__version__}"
+
+
+LOAD_THE_BUNDLED_MODEL = """
+import hashlib, numpy as np
+from mcp_listen import vad
+data = vad.read_model_bytes()
+assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
+silence = vad.SileroVAD().probability(np.zeros(vad.WINDOW, dtype=np.int16))
+print(vad.model_folder() / vad.MODEL_FILE, silence)
+"""
+
+
+@pytest.mark.slow
+def test_installed_wheel_loads_its_own_silero_model(installed, work):
+    """The model comes from inside the installed package (not the checkout's models/) and runs."""
+    done = run([str(installed / "bin" / "python"), "-c", LOAD_THE_BUNDLED_MODEL], work)
+    where, silence = done.stdout.split()
+    assert Path(where).is_relative_to(installed) and Path(where).is_file(), where
+    assert 0.0 <= float(silence) < 0.1
+
+
+def test_the_checkout_finds_the_model_in_the_top_level_models_folder():
+    """An editable checkout reads models/ beside mcp_listen/, the folder the repository keeps it in."""
+    done = subprocess.run([sys.executable, "-c", LOAD_THE_BUNDLED_MODEL], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    where, silence = done.stdout.split()
+    assert Path(where) == REPO / "models" / "silero_vad_16k.onnx"
+    assert 0.0 <= float(silence) < 0.1
 
 
 @pytest.mark.slow

@@ -490,13 +490,15 @@ def test_a_huge_line_without_newline_then_eof_exits_cleanly(env):
 
 
 @pytest.mark.soak
-def test_soak(tmp_path):
+@pytest.mark.mic
+def test_soak(tmp_path, model_path):
     """bench/soak.py: 200 captures + 50 voice_query calls in one server process (its own virtual
     microphone and loopback Ollama); the figures are printed and bounded here."""
     out = tmp_path / "soak.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "soak.py"), "--json", str(out)],
         cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "MCP_LISTEN_TEST_MODEL": str(model_path)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads(out.read_text())

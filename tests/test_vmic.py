@@ -194,6 +194,7 @@ def test_child_with_no_input_devices_lists_none_and_does_not_crash():
     assert "PortAudioError: Error querying device -1" in opened.stdout
 
 
+@pytest.mark.mic
 def test_virtual_mic_start_failure_names_the_problem():
     """A broken daemon script must fail start() with the daemon's own log, not hang."""
     mic = VirtualMic(start_timeout=5)

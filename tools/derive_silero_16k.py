@@ -4,7 +4,7 @@
     pip download --no-deps silero-vad==6.2.3 -d /tmp/sv
     unzip -p /tmp/sv/silero_vad-6.2.3-py3-none-any.whl silero_vad/data/silero_vad.onnx > /tmp/sv/upstream.onnx
     pip install onnx   # only for this script; mcp-listen does not need it
-    python tools/derive_silero_16k.py /tmp/sv/upstream.onnx mcp_listen/models/silero_vad_16k.onnx
+    python tools/derive_silero_16k.py /tmp/sv/upstream.onnx models/silero_vad_16k.onnx
 
 Upstream's graph is `If(sr == 16000, then=<16 kHz network>, else=<8 kHz network>)`. mcp-listen
 always records at 16 kHz, so the vendored file is the `then` branch as a graph of its own
