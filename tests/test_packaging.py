@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 SERVER_JSON = REPO / "server.json"
 README = REPO / "README.md"
 REGISTRY_NAME = "io.github.mcp-listen/mcp-listen"
-TEST_COMMAND = ".venv/bin/python -m pytest -q"
+LISTEN_COMMAND = "tools/dev listen"
+TEST_COMMAND = "tools/dev test"
 INSTALL_TIMEOUT = 900
 
 
@@ -89,12 +90,16 @@ def test_server_json_lists_every_environment_variable():
 
 
 def test_readme_carries_the_registry_marker_and_the_ci_test_command():
+    """"From source" holds exactly two commands, listen and test; CI runs the test one, nothing else."""
     text = README.read_text()
     assert f"<!-- mcp-name: {REGISTRY_NAME} -->" in text
-    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
-    assert any(TEST_COMMAND in block.splitlines() for block in blocks)
-    ci_commands = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith(".venv/bin/python -m pytest")]
-    assert ci_commands == [TEST_COMMAND]
+    section = text.split("\n### From source\n", 1)[1].split("\n#", 1)[0]
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", section, flags=re.S)
+    assert [line for block in blocks for line in block.splitlines() if line.strip()] == [LISTEN_COMMAND, TEST_COMMAND]
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    ci_commands = [line for line in ci if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci_commands == [f"exec {TEST_COMMAND}"]
+    assert os.access(REPO / "tools" / "dev", os.X_OK)
 
 
 def test_readme_documents_every_environment_variable():
