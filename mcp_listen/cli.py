@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mcp_listen import __version__
-from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, InvalidArgument, ListenError
+from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, InvalidArgument, ListenError
 
 log = logging.getLogger("mcp_listen")
 
@@ -91,7 +91,7 @@ def package_version() -> str:
 
 def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:
     p.add_argument("--duration-ms", type=int, help="length (a maximum with stop-on-silence), 100-30000")
-    p.add_argument("--device", help="device id or index (see: mcp-listen devices)")
+    p.add_argument("--device", help="device id, index or name (see: mcp-listen devices)")
     if stop_default:
         p.add_argument("--no-stop-on-silence", dest="stop_on_silence", action="store_false", default=None)
     else:
@@ -102,20 +102,20 @@ def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> Non
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     opts = parser.parse_args(argv)
-    try:
-        from mcp_listen.config import load_settings
+    from mcp_listen.config import load_settings
 
-        settings = load_settings(log_level=opts.log_level.upper() if opts.log_level else None)
-    except ConfigError as exc:
-        print(f"mcp-listen: {exc}", file=sys.stderr)
-        return exc.exit_code
+    settings = load_settings(log_level=opts.log_level.upper() if opts.log_level else None)
     _setup_logging(settings.log_level)
     command = opts.command or "serve"
     if command == "serve":
         from mcp_listen.lifecycle import serve
 
+        if settings.problems:  # serve anyway: every tool call and doctor will say what to fix
+            log.error("invalid configuration: %s", " ".join(settings.problems))
         return serve(settings)
     try:
+        if command != "doctor":
+            settings.check()
         return _run_command(command, opts, settings)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

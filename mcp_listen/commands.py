@@ -9,7 +9,7 @@ from typing import Any
 from mcp_listen import contracts
 from mcp_listen.cli import print_json, tool_args
 from mcp_listen.config import Settings
-from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
 from mcp_listen.pipeline import Engine
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
@@ -64,7 +64,7 @@ def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(settings)
     model_path = engine.resolve_whisper_model(args.whisper_model)
     samples = _read_wav(opts.file)
-    raw = engine.transcribe_samples(samples, model_path, args.language or "en")
+    raw = engine.transcribe_samples(samples, model_path, engine.language(args))
     print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
     return EXIT_OK
 
@@ -91,7 +91,7 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     for folder in settings.model_search_dirs:
         print(f"  {folder}")
     if not found:
-        print("No whisper models found. Fetch one: mcp-listen models pull base.en")
+        print(f"No whisper models found. Fetch one: {command('models', 'pull', 'base.en')}")
         return EXIT_UNAVAILABLE
     for m in found:
         print(f"  {m.name:<24} {m.size_bytes / 1e6:8.1f} MB  {m.path}")

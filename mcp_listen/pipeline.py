@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from mcp_listen import devices, memory, wavfile
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contracts import (
+    CAPTURE_DURATION_MS,
     CHANNELS,
-    DEFAULT_LLM_MODEL,
-    DEFAULT_PROMPT,
-    DEFAULT_WHISPER_MODEL,
+    LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
+    Defaults,
     CaptureArgs,
     CaptureResult,
     StatusResult,
@@ -67,13 +67,13 @@ class Plan:
         return self.max_ms * SAMPLE_RATE // 1000
 
     @classmethod
-    def from_args(cls, args: CaptureArgs | TranscribeArgs, *, stop_default: bool) -> "Plan":
+    def from_args(cls, args: CaptureArgs | TranscribeArgs, defaults: Defaults, *, stop_default: bool) -> "Plan":
         stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
-        default_ms = 15000 if stop and stop_default else 5000
+        default_ms = LISTEN_DURATION_MS if stop and stop_default else CAPTURE_DURATION_MS
         return cls(
             max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
             stop_on_silence=stop,
-            silence_ms=args.silence_ms if args.silence_ms is not None else 1000,
+            silence_ms=args.silence_ms if args.silence_ms is not None else defaults.silence_ms,
             device=args.device,
         )
 
@@ -155,7 +155,7 @@ class Engine:
         out: Path | None = None,
         meter: Callable[[Any, bool], None] | None = None,
     ) -> dict[str, Any]:
-        plan = Plan.from_args(args, stop_default=False)
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
         claim = self.recorder.claim("capture_audio")
         try:
             folder = self._recordings_folder() if out is None else None
@@ -234,7 +234,7 @@ class Engine:
         """Find and check the model before the microphone opens: nobody should speak in vain."""
         from mcp_listen.transcriber import resolve_model, validate_model_file
 
-        path = resolve_model(name or DEFAULT_WHISPER_MODEL, self.settings.model_search_dirs)
+        path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
         validate_model_file(path)
         return path
 
@@ -251,6 +251,7 @@ class Engine:
         *,
         stop: threading.Event | None = None,
         progress: Progress | None = None,
+        before_recording: Callable[[], None] | None = None,
     ) -> tuple[Heard, str | None, Plan]:
         """Record and transcribe; the text is None when nobody spoke or no usable words came out.
 
@@ -260,20 +261,23 @@ class Engine:
         from mcp_listen.phrases import PhraseWorker
         from mcp_listen.transcriber import usable_text
 
-        plan = Plan.from_args(args, stop_default=True)
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
         model_path = self.resolve_whisper_model(args.whisper_model)
-        language = args.language or "en"
-        claim = self.recorder.claim(tool)
+        language = self.language(args)
+        if before_recording is not None:
+            before_recording()
         cancel = _linked(stop, self.shutdown)
         worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language, cancel))
         preload = lambda: self._preload(model_path)  # noqa: E731
         try:
-            heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=preload)
+            claim = self.recorder.claim(tool)
+            try:
+                heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=preload)
+            finally:
+                self.recorder.release(claim)
         except BaseException:
             worker.abandon()
             raise
-        finally:
-            self.recorder.release(claim)
         if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
             worker.abandon()
             return heard, None, plan
@@ -296,13 +300,17 @@ class Engine:
             transcription=text,
             stopped_by=heard.recording.stopped_by if plan.stop_on_silence else None,
             duration_ms=heard.duration_ms,
-            language=args.language or "en",
+            language=self.language(args),
         )
         if text is None:
             _explain_silence(result, heard, plan)
         return result.public()
 
     # ------------------------------------------------------------------ voice_query
+
+    def language(self, args: TranscribeArgs) -> str:
+        """The language code whisper is told: the argument's, else the configured default."""
+        return args.language or self.settings.defaults.language
 
     def voice_query(
         self,
@@ -311,17 +319,28 @@ class Engine:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
     ) -> dict[str, Any]:
-        threading.Thread(target=_quietly, args=(_import_llm_client,), daemon=True).start()
-        heard, text, plan = self.hear_words(args, "voice_query", stop=stop, progress=progress)
+        """Record, transcribe, ask Ollama. Ollama and the model are checked before the microphone
+        opens, and a failure after transcription still returns the transcript: the user never has
+        to say it all again because of a dependency."""
+        model = args.model or self.settings.defaults.model
+        preflight = lambda: self.check_llm(model)  # noqa: E731
+        heard, text, plan = self.hear_words(args, "voice_query", stop=stop, progress=progress, before_recording=preflight)
         if text is None:
             result = VoiceQueryResult(transcription=None, response=None)
             _explain_silence(result, heard, plan)
             return result.public()
-        model = args.model or DEFAULT_LLM_MODEL
         if progress:
             progress(heard.duration_ms + 2, None, f"Asking {model}")
-        response = self.ask(text, model, args.prompt or DEFAULT_PROMPT, _linked(stop, self.shutdown))
+        prompt = args.prompt or self.settings.defaults.prompt
+        response = self.ask(text, model, prompt, _linked(stop, self.shutdown))
         return VoiceQueryResult(transcription=text, response=response, model=model).public()
+
+    def check_llm(self, model: str) -> None:
+        """Fail before recording when Ollama is down or lacks `model` (bounded, cached briefly)."""
+        from mcp_listen import llm
+
+        threading.Thread(target=_quietly, args=(_import_llm_client,), daemon=True).start()
+        llm.preflight(self.settings.ollama_host, model)
 
     def ask(self, text: str, model: str, prompt: str, stop: threading.Event | None) -> str:
         from mcp_listen import llm
@@ -335,9 +354,8 @@ class Engine:
                 timeout_s=self.settings.ollama_timeout_s,
                 cancel=stop,
             )
-        except LLMError as exc:
-            if exc.code == "empty_response":
-                exc.extra.update(transcription=text, response=None)
+        except LLMError as exc:  # the Node shape of outcome 5, for every LLM failure: nothing said is lost
+            exc.extra.update(transcription=text, response=None, model=model, message=exc.message)
             raise
 
 

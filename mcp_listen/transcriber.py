@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from mcp_listen.errors import Cancelled, TranscriptionError
+from mcp_listen.errors import Cancelled, TranscriptionError, command
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,31 +86,59 @@ def _looks_like_path(name: str) -> bool:
 def resolve_model(name: str, search_dirs: list[Path]) -> Path:
     """Turn a model name or path into an existing path; never downloads anything.
 
-    A path (absolute, with a separator, or starting with ~) is used as is. A name is looked up
-    in each folder in order, `base.en` meaning `ggml-base.en.bin`.
+    Looked up as the Node edition does, then more: an absolute or `~` path as is; a relative
+    path under each model folder (WHISPER_MODEL_PATH first), then the working directory; a
+    name (`base.en`, `ggml-base.en.bin`) in each model folder, then the working directory.
     """
     name = name.strip()
-    if _looks_like_path(name):
-        path = Path(name).expanduser()
-        if path.exists():
+    if os.path.isabs(name) or name.startswith("~"):
+        path = _expand(name)
+        if _exists(path):
             return path
         raise TranscriptionError(
             f"Whisper model file {path} does not exist. Check the path, or download a standard model "
-            f"with: mcp-listen models pull {_short_name(path.name) or 'base.en'}",
+            f"with: {command('models', 'pull', _short_name(path.name) or 'base.en')}",
             code="model_not_found",
         )
-    file_name = _file_name(name)
-    dirs = [Path(d).expanduser() for d in search_dirs]
-    for folder in dirs:
-        candidate = folder / file_name
-        if candidate.exists():
+    dirs = [_expand(str(d)) for d in search_dirs]
+    relative = name if _looks_like_path(name) else _file_name(name)
+    for folder in [*dirs, Path.cwd()]:
+        candidate = folder / relative
+        if _exists(candidate):
             return candidate
-    where = ", ".join(str(d) for d in dirs) or "(no model folder configured)"
+        if candidate.name != name and _exists(folder / name):
+            return folder / name  # a bare file name as given (`my-model.bin` in the working directory)
+    where = ", ".join(str(d) for d in [*dirs, "the working directory"])
     raise TranscriptionError(
-        f'Whisper model "{name}" not found: looked for {file_name} in {where}. '
-        f"Download it with: mcp-listen models pull {_short_name(file_name)}",
+        f'Whisper model "{name}" not found: looked for {relative} in {where}. '
+        f"Download it with: {command('models', 'pull', _short_name(Path(relative).name))}",
         code="model_not_found",
     )
+
+
+def _expand(name: str) -> Path:
+    """`~/x` and `~user/x`; a user that does not exist is a named error, not a crash."""
+    try:
+        return Path(name).expanduser()
+    except RuntimeError:
+        user = name[1:].split("/", 1)[0].split(os.sep, 1)[0]
+        raise TranscriptionError(
+            f'Whisper model path {name!r} names the home folder of "{user}", but there is no such user. '
+            "Give an absolute path or a path under your own home (~/...).",
+            code="model_not_found",
+        ) from None
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; a folder we may not look into is a named error, not internal_error."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        raise TranscriptionError(
+            f"Cannot look for the whisper model at {path}: {exc.strerror or type(exc).__name__}. "
+            "Check the folder's permissions, or put the model where this user can read it.",
+            code="model_unreadable",
+        ) from None
 
 
 # --------------------------------------------------------------------------- GGML validation
@@ -151,7 +179,7 @@ def validate_model_file(path: Path) -> None:
     except FileNotFoundError:
         raise TranscriptionError(
             f"Whisper model file {path} does not exist. Download it with: "
-            f"mcp-listen models pull {_short_name(path.name)}",
+            f"{command('models', 'pull', _short_name(path.name))}",
             code="model_not_found",
         ) from None
     except OSError as exc:
@@ -178,7 +206,7 @@ def validate_model_file(path: Path) -> None:
 
 
 def _invalid_message(path: Path, why: str) -> str:
-    pull = f"mcp-listen models pull {_short_name(path.name)}"
+    pull = command("models", "pull", _short_name(path.name))
     if why.startswith("truncated"):
         return f"Whisper model {path} is {why}: re-download it with: {pull}"
     return f"{path} is not a usable whisper model: {why}. Replace it, or download one with: {pull}"
@@ -626,7 +654,7 @@ def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
     if failed:
         raise TranscriptionError(
             f"Cannot load whisper model {path.name}: {failed[0]}. Re-download it with: "
-            f"mcp-listen models pull {_short_name(path.name)}",
+            f"{command('models', 'pull', _short_name(path.name))}",
             code="model_load_failed",
         )
     log.info("whisper model %s loaded (%d threads)", path.name, threads)
