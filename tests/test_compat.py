@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from fake_ollama import refused_url
@@ -158,6 +159,24 @@ async def test_a_failure_after_transcription_keeps_what_the_user_said(vmic, tmp_
     assert data["error"]["code"] == "http_error"
     assert wer(QUESTION, data["transcription"]) <= 0.35
     assert data["response"] is None and data["model"] == "llama3.2" and data["message"] == data["error"]["message"]
+
+
+async def test_ollama_gone_while_the_user_speaks_keeps_the_transcript(vmic, tmp_path, models, ollama):
+    env = base_env(vmic, tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models))
+    async with mcp_client(env) as client:
+        async def stop_ollama_then_speak() -> None:
+            from test_server import wait_until_recording
+
+            await wait_until_recording(client)
+            ollama.stop()
+            await anyio.to_thread.run_sync(lambda: vmic.play(spoken(QUESTION)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_ollama_then_speak)
+            result = await client.call_tool("voice_query", {"whisper_model": "mine"})
+    data = error_payload(result)
+    assert data["error"]["code"] == "ollama_unreachable" and "ollama serve" in data["error"]["message"]
+    assert wer(QUESTION, data["transcription"]) <= 0.35 and data["response"] is None
 
 
 async def test_empty_reply_keeps_the_node_shape(vmic, tmp_path, models, ollama):
