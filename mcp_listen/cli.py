@@ -48,12 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("file", type=Path, help="16 kHz mono 16-bit WAV file")
         else:
             _recording_options(p, stop_default=True)
-        p.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
-        p.add_argument("--language", help="language code, or auto (default en)")
+        _whisper_options(p)
     query = sub.add_parser("query", help="run voice_query from a terminal and print its result")
     _recording_options(query, stop_default=True)
-    query.add_argument("--whisper-model")
-    query.add_argument("--language")
+    _whisper_options(query)
     query.add_argument("--model", help="Ollama model (default llama3.2)")
     query.add_argument("--prompt", help="system prompt")
     models = sub.add_parser("models", help="list whisper models, or pull one")
@@ -87,6 +85,12 @@ def package_version() -> str:
         return version("mcp-listen")
     except PackageNotFoundError:
         return __version__
+
+
+def _whisper_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
+    p.add_argument("--language", help="language code or name, or auto (default en)")
+    p.add_argument("--translate", action="store_true", default=None, help="English text from any language")
 
 
 def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:

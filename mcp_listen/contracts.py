@@ -99,6 +99,7 @@ ACCEPTED = {
     "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
     "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
     "stop_on_silence": "a boolean",
+    "translate": "a boolean",
     "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
     "characters; empty means the default)",
     "language": languages.ACCEPTED,
@@ -172,8 +173,13 @@ class TranscribeArgs(_Args):
     )
     language: Language = Field(
         default=None,
-        description="Spoken language: a code (en, pt, de, ...) or name (english, portuguese); auto detects it. "
-        "Default {language}.",
+        description="Spoken language: a code (en, pt, de, ...) or name (english, portuguese); auto detects it "
+        "(the result's `language` says which was heard). Default {language}.",
+    )
+    translate: Optional[StrictBool] = Field(
+        default=None,
+        description="Return English text whatever language was spoken (whisper's translate task; needs a "
+        "multilingual model). Default false.",
     )
 
 

@@ -141,6 +141,28 @@ def _exists(path: Path) -> bool:
         ) from None
 
 
+ENGLISH_ONLY_VOCAB = 51864
+"""Tokens of an English-only whisper model (`*.en`); multilingual ones have more."""
+
+
+def english_only_remedy(path: Path) -> str | None:
+    """None for a multilingual model; for an English-only one, what to use instead.
+
+    Read from the GGML header (n_vocab follows the magic), not the name: a renamed file counts.
+    Call after `validate_model_file`.
+    """
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8 or struct.unpack("<i", head[4:8])[0] > ENGLISH_ONLY_VOCAB:
+        return None
+    short = _short_name(path.name)
+    multilingual = short[:-3] if short.endswith(".en") else "base"
+    return (
+        f'Use a multilingual model: {command("models", "pull", multilingual)}, then pass '
+        f'whisper_model: "{multilingual}" (or set MCP_LISTEN_WHISPER_MODEL={multilingual}).'
+    )
+
+
 # --------------------------------------------------------------------------- GGML validation
 
 
@@ -519,11 +541,25 @@ class Transcriber:
         with self._lock:
             self._model, self._key, self._path = None, None, None
 
-    def transcribe(self, audio_float32: Any, *, path: Path, language: str = "en", cancel: Any = None) -> str:
-        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio).
+    def transcribe(self, audio_float32: Any, *, path: Path, **options: Any) -> str:
+        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio)."""
+        return self.hear(audio_float32, path=path, **options).text
 
-        `cancel` (anything with is_set()) aborts whisper.cpp between encoder/decoder steps and
-        raises Cancelled: a cancelled tool call does not keep the CPU busy.
+    def hear(
+        self,
+        audio_float32: Any,
+        *,
+        path: Path,
+        language: str = "en",
+        cancel: Any = None,
+        prompt: str = "",
+        translate: bool = False,
+    ) -> Words:
+        """The text and the language whisper heard (`auto` is resolved to the detected code).
+
+        `prompt` is the text said just before (whisper continues it instead of starting a new
+        sentence); `translate` asks for English whatever was spoken. `cancel` (anything with
+        is_set()) aborts whisper.cpp between encoder/decoder steps and raises Cancelled.
         """
         import numpy as np
 
@@ -531,21 +567,22 @@ class Transcriber:
         with self._lock:
             self.load(path)
             if audio.size < MIN_SAMPLES:  # whisper.cpp would keep the previous call's segments
-                return ""
-            text = self._run(_pad_to_whisper_minimum(audio), language, cancel)
+                return Words("", language)
+            words = self._run(_pad_to_whisper_minimum(audio), language, cancel, prompt, translate)
         if cancel is not None and cancel.is_set():
             raise Cancelled("The transcription was cancelled.")
-        return text
+        return words
 
-    def _run(self, audio: np.ndarray, language: str, cancel: Any = None) -> str:
+    def _run(self, audio: np.ndarray, language: str, cancel: Any, prompt: str, translate: bool) -> Words:
         import _pywhispercpp as pw
 
         lang = _language(pw, language, self._multilingual)
         params = dict(
             language=lang,
-            translate=False,
+            translate=translate and self._multilingual,
             detect_language=False,  # True would only detect and return no text
             no_context=True,
+            initial_prompt=prompt[-PROMPT_CHARS:],
             single_segment=False,
             print_progress=False,
             print_realtime=False,
@@ -568,7 +605,22 @@ class Transcriber:
         failed = _failures(lines)
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
-        return " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
+        heard = self._model.language() if lang == "auto" else lang
+        return Words(" ".join(_drop_repeats([text.strip() for text in segments if text.strip()])), heard)
+
+
+@dataclass(frozen=True)
+class Words:
+    """What whisper made of some audio."""
+
+    text: str
+    language: str
+    """The code whisper transcribed in: the detected one when it was asked for `auto`."""
+
+
+PROMPT_CHARS = 600
+"""Text carried into the next phrase's prompt: whisper keeps at most 224 prompt tokens (~900
+characters of English); the last sentence or two is what decides how the next one begins."""
 
 
 def max_tokens_for(n_samples: int) -> int:
@@ -684,6 +736,10 @@ class _Whisper:
             raise RuntimeError(f"whisper_full returned {status}")
         count = pw.whisper_full_n_segments(self.ctx)
         return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
+
+    def language(self) -> str:
+        """The language code the last run detected (asked for `auto`)."""
+        return self._pw.whisper_lang_str(self._pw.whisper_full_lang_id(self.ctx))
 
     def __del__(self) -> None:
         ctx, self.ctx = getattr(self, "ctx", None), None
