@@ -606,7 +606,8 @@ class Transcriber:
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
         heard = self._model.language() if lang == "auto" else lang
-        return Words(" ".join(_drop_repeats([text.strip() for text in segments if text.strip()])), heard)
+        text = " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
+        return Words(_collapse_repeat(text), heard)
 
 
 @dataclass(frozen=True)
@@ -649,6 +650,24 @@ def _drop_repeats(texts: list[str]) -> list[str]:
         if not kept or _words(text) != _words(kept[-1]):
             kept.append(text)
     return kept
+
+
+def _collapse_repeat(text: str) -> str:
+    """"X X" -> "X" when a whole text says the same words twice.
+
+    Conditioned on the text before it, whisper sometimes decodes a phrase and then, from the
+    padding, the same phrase again inside one segment (measured: "because we had nothing left
+    for breakfast because we had nothing left for breakfast.").
+    """
+    spans = [m.span() for m in re.finditer(r"\w+", text)]
+    half = len(spans) // 2
+    if half < 3 or len(spans) % 2:  # "no no no no" is something people say
+        return text
+    lowered = text.lower()
+    first = [lowered[a:b] for a, b in spans[:half]]
+    if first != [lowered[a:b] for a, b in spans[half:]]:
+        return text
+    return text[: spans[half - 1][1]] + text[spans[-1][1] :]
 
 
 def _words(text: str) -> list[str]:
