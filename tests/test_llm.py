@@ -185,3 +185,109 @@ def test_non_streaming_endpoint_of_fake_matches_ollama_client(fake: FakeOllama) 
         response = client.chat(model="m", messages=[{"role": "user", "content": "x"}], stream=False)
         assert response.message.content == "You said: x" and response.done
         assert client.show("llama3.2").details.family == "llama"
+
+
+# ================================================================ redirects, credentials, quoting
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_an_error_and_nothing_reaches_its_target(fake: FakeOllama, status: int) -> None:
+    with FakeOllama() as target:
+        fake.mode = "redirect"
+        fake.redirect_status = status
+        fake.redirect_to = target.url.replace("http://", "http://mallory:hunter2@")
+        err = _code(fake.url, text="my secret words", system_prompt="my secret prompt")
+        probed = llm.probe(fake.url, "llama3.2")
+        assert err.code == "ollama_redirect"
+        assert str(status) in err.message and "OLLAMA_HOST" in err.message
+        assert "hunter2" not in err.message and "mallory" not in err.message
+        assert probed["reachable"] is False and "redirect" in probed["error"]
+        assert "hunter2" not in probed["error"]
+        assert target.paths == [] and target.requests == [], "the redirect target received a request"
+    assert fake.paths[0] == ("POST", "/api/chat")
+
+
+@pytest.mark.parametrize("mode", ["refused", "404", "500", "redirect", "garbage", "hang"])
+def test_credentials_in_the_host_never_appear_in_errors(fake: FakeOllama, mode: str) -> None:
+    base = refused_url() if mode == "refused" else fake.url
+    host = base.replace("http://", "http://alice:s3cr%40t@")
+    fake.mode = "ok" if mode == "refused" else mode
+    err = _code(host, timeout_s=1.0)
+    probed = llm.probe(host, "llama3.2", timeout_s=1.0)
+    for shown in (err.message, probed["error"] or ""):
+        assert "s3cr" not in shown and "alice" not in shown, shown
+    if mode != "refused":
+        assert "***@127.0.0.1" in err.message or mode in ("404", "500", "hang")
+
+
+def test_credentials_in_the_host_are_sent_as_basic_auth(fake: FakeOllama) -> None:
+    import base64
+
+    host = fake.url.replace("http://", "http://alice:s3cr%40t@")
+    assert _ask(host, "hi") == "You said: hi"
+    assert llm.probe(host, "llama3.2")["reachable"] is True
+    expected = "Basic " + base64.b64encode(b"alice:s3cr@t").decode()
+    assert [h.get("Authorization") for h in fake.headers] == [expected] * len(fake.headers)
+
+
+def test_a_model_name_in_a_suggested_command_is_shell_quoted(fake: FakeOllama) -> None:
+    import shlex
+
+    fake.mode = "404"
+    model = "llama3; rm -rf ~ $(touch x)"
+    err = _code(fake.url, model=model)
+    assert err.code == "model_not_pulled"
+    command = err.message.split("Pull it with: ", 1)[1]
+    assert shlex.split(command) == ["ollama", "pull", model]
+    plain = _code(fake.url, model="qwen3:0.6b")
+    assert plain.message.endswith("ollama pull qwen3:0.6b"), "plain names stay unquoted"
+
+
+# ================================================================ peers that trickle or flood
+
+
+def _chat_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ollama-chat"]
+
+
+def _until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_reply_that_drips_without_newline_ends_at_the_deadline(fake: FakeOllama) -> None:
+    fake.mode = "drip"
+    before = len(_chat_threads())
+    start = time.monotonic()
+    err = _code(fake.url, timeout_s=1.5)
+    took = time.monotonic() - start
+    assert err.code == "timeout"
+    assert 1.4 <= took < 4.5
+    assert _until(lambda: len(_chat_threads()) <= before, 3), "the request thread outlived the deadline"
+    assert _until(lambda: fake.open_connections == 0, 3), "the connection outlived the deadline"
+    assert fake.sent > 10, "the fake must really have dripped"
+
+
+@pytest.mark.parametrize("mode", ["flood", "flood_line"])
+def test_a_flood_is_capped(fake: FakeOllama, mode: str) -> None:
+    fake.mode = mode
+    start = time.monotonic()
+    err = _code(fake.url, timeout_s=30.0)
+    took = time.monotonic() - start
+    assert err.code == "reply_too_large"
+    assert "1 MB" in err.message
+    assert took < 10, "a flood must be cut off at the cap, not read to the end"
+    assert _until(lambda: fake.open_connections == 0, 3)
+    assert fake.sent < 32 * 1024 * 1024, f"the client kept reading: {fake.sent} bytes sent"
+
+
+def test_cancel_closes_the_connection_at_once(fake: FakeOllama) -> None:
+    fake.mode = "drip"
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    assert _code(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
+    assert _until(lambda: fake.open_connections == 0 and not _chat_threads(), 2)
