@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_listen.config import Settings
+from mcp_listen.config import Settings, redact_url
 from mcp_listen.contracts import DEFAULT_LLM_MODEL, DEFAULT_WHISPER_MODEL, SAMPLE_RATE
 from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, TranscriptionError
 
@@ -250,8 +251,8 @@ def check_ollama(settings: Settings, model: str | None) -> list[Check]:
     from mcp_listen import llm
 
     wanted = model or DEFAULT_LLM_MODEL
-    host = settings.ollama_host
-    probe = llm.probe(host, wanted, timeout_s=OLLAMA_TIMEOUT_S)
+    host = redact_url(settings.ollama_host)  # OLLAMA_HOST may carry user:password@
+    probe = llm.probe(settings.ollama_host, wanted, timeout_s=OLLAMA_TIMEOUT_S)
     data = {"host": host, "version": probe["version"]}
     if not probe["reachable"]:
         remedy = (
@@ -269,7 +270,7 @@ def check_ollama(settings: Settings, model: str | None) -> list[Check]:
         return [daemon, Check("ollama_model", "Ollama model", OK, f"{wanted} is pulled", data=model_data)]
     if probe["model_available"] is False:
         detail = f"{wanted} is not pulled."
-        return [daemon, Check("ollama_model", "Ollama model", FAIL, detail, f"ollama pull {wanted}", model_data)]
+        return [daemon, Check("ollama_model", "Ollama model", FAIL, detail, f"ollama pull {shlex.quote(wanted)}", model_data)]
     detail = probe["error"] or "Ollama did not list its models."
     return [daemon, Check("ollama_model", "Ollama model", FAIL, detail, "Check the Ollama server log, then retry.", model_data)]
 
