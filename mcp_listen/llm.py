@@ -246,6 +246,10 @@ class _LineReader:
 
     def feed(self, data: bytes) -> list[bytes]:
         self._pending += data
+        if b"\n" not in data:  # only new bytes can end a line: a drip costs no rescans
+            if len(self._pending) > MAX_LINE_BYTES:
+                raise _TooLarge()
+            return []
         *lines, rest = self._pending.split(b"\n")
         if len(rest) > MAX_LINE_BYTES or any(len(line) > MAX_LINE_BYTES for line in lines):
             raise _TooLarge()
