@@ -153,6 +153,21 @@ def redact_url(url: str) -> str:
     return f"{scheme}{sep}{netloc}{slash}{path}" if sep else f"{netloc}{slash}{path}"
 
 
+ORT_TELEMETRY_VAR = "ORT_DISABLE_TELEMETRY"
+
+
+def disable_onnxruntime_telemetry() -> bool:
+    """Set ORT_DISABLE_TELEMETRY=1 for this process and its children; True if it already was.
+
+    Written, never read as a setting (so not in server.json): onnxruntime 1.32 reads it when it
+    is imported, and it is the only switch that stops its telemetry (see vad.import_onnxruntime).
+    It lives here because this module is the one that touches the environment.
+    """
+    was_off = os.environ.get(ORT_TELEMETRY_VAR) == "1"
+    os.environ[ORT_TELEMETRY_VAR] = "1"
+    return was_off
+
+
 def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Read and validate the environment; `overrides` (from CLI flags) win over it."""
     env = os.environ if env is None else env

@@ -127,13 +127,17 @@ def ask(
     target = Target.parse(host)
     body = {"model": model, "stream": True,
             "messages": [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}]}
-    deadline = time.monotonic() + timeout_s
-    worker = _ChatWorker(target, json.dumps(body).encode(), deadline)
+    start = time.monotonic()
+    worker = _ChatWorker(target, json.dumps(body).encode(), start + timeout_s)
     worker.start()
     try:
         reply = _collect(worker, target, model, timeout_s, cancel)
+    except LLMError as exc:
+        log.debug("Ollama at %s: %s after %.2f s", target.shown, exc.code, time.monotonic() - start)
+        raise
     finally:
         worker.abandon()
+    log.debug("Ollama at %s answered %d characters in %.2f s", target.shown, len(reply), time.monotonic() - start)
     if not reply:
         raise LLMError(
             f'Model "{model}" returned an empty response. Try again or use another model.', code="empty_response"

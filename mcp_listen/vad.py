@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 import threading
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from mcp_listen.config import disable_onnxruntime_telemetry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,9 +86,6 @@ def _shape_fits(model_shape: Any, shape: tuple[int, ...]) -> bool:
     return all(not isinstance(dim, int) or dim == want for dim, want in zip(model_shape, shape))
 
 
-TELEMETRY_OFF_ENV = "ORT_DISABLE_TELEMETRY"
-
-
 def import_onnxruntime() -> Any:
     """Import onnxruntime with its telemetry off; the only way this package imports it.
 
@@ -99,9 +97,8 @@ def import_onnxruntime() -> Any:
     import does. We force it ("audio and words never leave the machine" admits no opt-in here)
     and still call disable_telemetry_events() for builds that honour only that.
     """
-    if "onnxruntime" not in sys.modules:
-        os.environ[TELEMETRY_OFF_ENV] = "1"
-    elif os.environ.get(TELEMETRY_OFF_ENV) != "1":
+    imported_before = "onnxruntime" in sys.modules
+    if not disable_onnxruntime_telemetry() and imported_before:
         log.warning("onnxruntime was imported before mcp-listen could turn its telemetry off")
     import onnxruntime
 

@@ -73,7 +73,9 @@ def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_pat
 
     text = log.read_text(errors="replace")
     lowered = text.lower()
-    assert "whisper model" in lowered and len(text) > 500, "DEBUG logging must have produced output"
+    assert "whisper model" in lowered and "ollama at" in lowered and "silero" in lowered, (
+        "DEBUG logging must have produced output from every stage, or this test proves nothing"
+    )
     leaked = [w for w in heard_words + PROMPT_WORDS + REPLY_WORDS if w in lowered]
     assert not leaked, f"the log contains {leaked}"
     for needle in (str(wav), wav.name, str(rec_dir)):
