@@ -408,3 +408,22 @@ def test_doctor_shows_the_host_redacted_and_quotes_the_pull_command(fake: FakeOl
     assert "alice" not in shown and "s3cr" not in shown
     pull = next(c for c in checks if c.id == "ollama_model" and (c.remedy or "").startswith("ollama pull"))
     assert shlex.split(pull.remedy) == ["ollama", "pull", model]
+
+
+@pytest.mark.parametrize("raw, normal, shown", [
+    ("http://u:p@host", "http://u:p@host:11434", "http://***@host:11434"),
+    ("https://u:p%40ss@host:8443/ollama", "https://u:p%40ss@host:8443/ollama", "https://***@host:8443/ollama"),
+    ("u:p@[::1]:5", "http://u:p@[::1]:5", "http://***@[::1]:5"),
+    ("localhost:1234", "http://localhost:1234", "http://localhost:1234"),
+])
+def test_host_credentials_are_kept_for_use_and_redacted_for_show(raw: str, normal: str, shown: str) -> None:
+    from mcp_listen.config import redact_url
+
+    assert normalize_ollama_host(raw) == normal
+    assert redact_url(normal) == shown
+
+
+@pytest.mark.parametrize("raw", ["http://host?token=x", "host#frag", "ftp://host"])
+def test_host_with_query_fragment_or_other_scheme_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError):
+        normalize_ollama_host(raw)
