@@ -462,3 +462,17 @@ def test_segment_token_budget_grows_with_the_audio() -> None:
     assert T.max_tokens_for(30 * 16000) == 272
     words_per_second_worst_case = 5  # fast speech, ~1.3 tokens a word
     assert T.max_tokens_for(10 * 16000) > 10 * words_per_second_worst_case * 1.3 + 16
+
+
+@pytest.mark.parametrize(
+    "text,kept",
+    [
+        ("because we had nothing left for breakfast because we had nothing left for breakfast.",
+         "because we had nothing left for breakfast."),
+        ("Ask not what you can do. Ask not what you can do!", "Ask not what you can do!"),
+        ("No no no no.", "No no no no."),
+        ("we had a b c we had a b d.", "we had a b c we had a b d."),
+    ],
+)  # fmt: skip
+def test_a_phrase_decoded_twice_is_kept_once(text, kept):
+    assert T._collapse_repeat(text) == kept
