@@ -559,6 +559,7 @@ class Transcriber:
         path = Path(path).expanduser()
         with self._lock, _opened(path) as mf:
             if self._model is not None and self._key == mf.key:
+                self._path = path  # the same file (device, inode, size, mtime), perhaps by another name
                 return
             model = _check(mf, self.threads)
             pw = _whisper_module()  # before the probe: its headroom is measured with whisper.cpp mapped
