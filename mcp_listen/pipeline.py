@@ -235,7 +235,7 @@ class Engine:
         from mcp_listen.transcriber import resolve_model, validate_model_file
 
         path = resolve_model(name or DEFAULT_WHISPER_MODEL, self.settings.model_search_dirs)
-        validate_model_file(path)
+        validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
         return path
 
     def transcribe_samples(self, samples: "np.ndarray", model_path: Path, language: str, cancel: Any = None) -> str:

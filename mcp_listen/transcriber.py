@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -202,15 +202,19 @@ _walked: dict[ModelKey, ggml.Model] = {}
 _walked_lock = threading.Lock()
 
 
-def validate_model_file(path: Path, threads: int | None = None) -> None:
+def validate_model_file(path: Path, threads: int | None = None, *, probe_ahead: bool = False) -> None:
     """Raise TranscriptionError unless this whisper.cpp build can load and run `path` here.
 
     The file must be a regular file holding a whole, well-typed whisper model (ggml.py: a few
     ms of seeks for any size, cached by device, inode, size and mtime, so a re-downloaded file
     is checked again), and the memory it needs must be available now (never cached).
+    `probe_ahead` also starts the test load (_probe) in the background, for a caller that is
+    about to record: it then runs while nobody has spoken yet, not after.
     """
     with _opened(Path(path).expanduser()) as mf:
         _check(mf, threads)
+        if probe_ahead and not _is_resident(mf.key):
+            _start_probe(mf)
 
 
 def _check(mf: _ModelFile, threads: int | None) -> ggml.Model:
@@ -282,6 +286,10 @@ _ROOM_KIND = {
 }
 
 
+def _is_resident(key: ModelKey) -> bool:
+    return any(tr._key == key and tr._model is not None for tr in list(_instances))
+
+
 def _held_by_others(key: ModelKey) -> ggml.Needs | None:
     """Memory resident models of this process hold (None if `key` itself is resident)."""
     total = ggml.Needs(0, 0, 0)
@@ -350,9 +358,20 @@ def _cgroup_room() -> int | None:
 # --------------------------------------------------------------------------- the probe
 
 
-_probed: set[ModelKey] = set()
 PROBE_SCRIPT = Path(__file__).with_name("whisper_probe.py")
 PROBE_EXIT_REFUSED = 3
+
+
+@dataclass
+class _ProbeRun:
+    """One probe of one file: started ahead (while the user is still to speak) or by the load."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+_probes: dict[ModelKey, _ProbeRun] = {}
+_probes_lock = threading.Lock()
 
 
 def _probe(mf: _ModelFile) -> None:
@@ -362,24 +381,51 @@ def _probe(mf: _ModelFile) -> None:
     ran out anyway, would kill the server with everything it was doing. The child opens the
     same file (the descriptor is passed down), keeps this process's memory headroom under its
     resource limits, loads, transcribes 1 s of silence and exits; its exit status is the
-    verdict. A pass is remembered per file (device, inode, size, mtime); a failure is not.
+    verdict. A pass is remembered per file (device, inode, size, mtime); a failure is reported
+    once, then forgotten (memory may be free next time).
     """
-    if mf.key in _probed:
-        return
+    run = _start_probe(mf)
+    run.done.wait()
+    if run.error is not None:
+        with _probes_lock:
+            if _probes.get(mf.key) is run:
+                del _probes[mf.key]
+        raise TranscriptionError(run.error, code="model_invalid")
+
+
+def _start_probe(mf: _ModelFile) -> _ProbeRun:
+    """The probe of this file: the one already running or passed, else a new one in a thread."""
+    with _probes_lock:
+        run = _probes.get(mf.key)
+        if run is not None and run.error is None:
+            return run
+        run = _probes[mf.key] = _ProbeRun()
+    own = _ModelFile(mf.path, os.dup(mf.fd), mf.st)  # the thread's own descriptor of the same file
+    threading.Thread(target=_run_probe, args=(own, run), name="mcp-listen-probe", daemon=True).start()
+    return run
+
+
+def _run_probe(mf: _ModelFile, run: _ProbeRun) -> None:
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-I", str(PROBE_SCRIPT), str(mf.fd), mf.loader_path, *_probe_rooms()],
-        stdin=subprocess.DEVNULL,  # never the server's stdin (the MCP wire)
-        stdout=subprocess.DEVNULL,  # nor its stdout
-        stderr=subprocess.PIPE,
-        pass_fds=(mf.fd,),
-        env={**os.environ, "GGML_NO_BACKTRACE": "1"},  # ggml's abort would attach gdb for a backtrace
-    )
-    err = _wait_probe(proc, timeout=PROBE_TIMEOUT_S + mf.st.st_size / PROBE_READ_BYTES_S)
-    log.debug("whisper probe of %s: exit %s after %.0f ms", mf.path.name, proc.returncode, _ms_since(started))
-    if proc.returncode != 0:
-        raise TranscriptionError(_probe_message(mf.path, proc.returncode, err), code="model_invalid")
-    _probed.add(mf.key)
+    try:
+        _whisper_module()  # mapped here first, so the headroom handed down is what the load will have
+        proc = subprocess.Popen(
+            [sys.executable, "-I", str(PROBE_SCRIPT), str(mf.fd), mf.loader_path, *_probe_rooms()],
+            stdin=subprocess.DEVNULL,  # never the server's stdin (the MCP wire)
+            stdout=subprocess.DEVNULL,  # nor its stdout
+            stderr=subprocess.PIPE,
+            pass_fds=(mf.fd,),
+            env={**os.environ, "GGML_NO_BACKTRACE": "1"},  # ggml's abort would attach gdb for a backtrace
+        )
+        err = _wait_probe(proc, timeout=PROBE_TIMEOUT_S + mf.st.st_size / PROBE_READ_BYTES_S)
+        if proc.returncode != 0:
+            run.error = _probe_message(mf.path, proc.returncode, err)
+    except (OSError, TranscriptionError) as exc:
+        run.error = f"Cannot test-load whisper model {mf.path}: {exc}"
+    finally:
+        os.close(mf.fd)
+        log.debug("whisper probe of %s: %s after %.0f ms", mf.path.name, run.error or "ok", _ms_since(started))
+        run.done.set()
 
 
 PROBE_TIMEOUT_S = 30.0

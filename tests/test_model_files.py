@@ -221,13 +221,43 @@ def test_probe_cost(model_path: Path) -> None:
     T._whisper_module()
     took = []
     for _ in range(5):
-        T._probed.clear()
+        T._probes.clear()
         with T._opened(model_path) as mf:
             started = time.perf_counter()
             T._probe(mf)
             took.append(time.perf_counter() - started)
     print(f"\nprobe of tiny.en: median {statistics.median(took) * 1000:.0f} ms, {[round(t * 1000) for t in took]}")
     assert statistics.median(took) < 30
+
+
+def test_probe_ahead_runs_while_the_caller_records(model_path: Path) -> None:
+    """The server validates with probe_ahead before the microphone opens: the test load runs in
+    the background, and the load (when speech is heard) waits for that same run."""
+    T._probes.clear()
+    started = time.perf_counter()
+    T.validate_model_file(model_path, probe_ahead=True)
+    returned = time.perf_counter() - started
+    with T._opened(model_path) as mf:
+        run = T._probes[mf.key]
+        assert run.done.wait(60) and run.error is None
+        T._probe(mf)  # passed: nothing new is started
+        assert T._probes[mf.key] is run
+    print(f"\nvalidate_model_file(probe_ahead=True) returned after {returned * 1000:.0f} ms")
+
+
+def test_a_failed_probe_is_reported_once_then_retried(f32_model: Path, model_path: Path) -> None:
+    code = BYPASS_CHECKS.replace("sys.argv[2]", "sys.argv[1]") + (
+        "for attempt in range(2):\n"
+        "    try:\n"
+        "        T.validate_model_file(sys.argv[2], probe_ahead=True)\n"
+        "        T.Transcriber(1).load(sys.argv[2])\n"
+        "    except TranscriptionError as e:\n"
+        "        print(e.code, 'SIGABRT' in e.message)\n"
+    )
+    done = _child("import sys\nfrom mcp_listen import transcriber as T\n"
+                  "from mcp_listen.errors import TranscriptionError\n" + code, str(model_path), str(f32_model))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["model_invalid", "True"] * 2
 
 
 def test_checks_probe_and_load_read_the_file_that_was_opened(model_path: Path, tmp_path: Path) -> None:
@@ -240,7 +270,7 @@ def test_checks_probe_and_load_read_the_file_that_was_opened(model_path: Path, t
     with T._opened(path) as mf:
         os.replace(bad, path)
         T._walked.clear()
-        T._probed.discard(mf.key)
+        T._probes.pop(mf.key, None)
         T._check(mf, 1)
         T._probe(mf)
         model, _ = T._load_model(pw, mf, 1)
