@@ -415,7 +415,6 @@ def _run_probe(mf: _ModelFile, run: _ProbeRun) -> None:
             stdout=subprocess.DEVNULL,  # nor its stdout
             stderr=subprocess.PIPE,
             pass_fds=(mf.fd,),
-            env={**os.environ, "GGML_NO_BACKTRACE": "1"},  # ggml's abort would attach gdb for a backtrace
         )
         err = _wait_probe(proc, timeout=PROBE_TIMEOUT_S + mf.st.st_size / PROBE_READ_BYTES_S)
         if proc.returncode != 0:

@@ -13,6 +13,7 @@ server down. Imports nothing from mcp_listen; writes nothing to stdout.
 
 from __future__ import annotations
 
+import os
 import sys
 
 REFUSED = 3
@@ -47,6 +48,7 @@ def keep_headroom(as_room: int, data_room: int) -> None:
 
 def main(argv: list[str]) -> int:
     _fd, path, as_room, data_room = argv[1], argv[2], int(argv[3]), int(argv[4])
+    os.putenv("GGML_NO_BACKTRACE", "1")  # else ggml's abort first runs gdb for a backtrace (seconds)
     import _pywhispercpp as pw
     import numpy as np
 
