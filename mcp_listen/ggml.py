@@ -143,7 +143,9 @@ def check_hparams(hp: HParams) -> None:
             raise Invalid(f"not a whisper.cpp model (implausible {field_name})")
     ftype = hp.ftype % QNT_VERSION_FACTOR if hp.ftype >= 0 else -1
     if ftype == F32:
-        raise Invalid("an all-F32 model (ftype 0), which this whisper.cpp build cannot run; use the F16 or a quantized file")
+        raise Invalid(
+            "an all-F32 model (ftype 0), which this whisper.cpp build cannot run; use the F16 or a quantized file"
+        )
     if ftype not in FTYPES:
         raise Invalid(f"not a whisper.cpp model this build can run (ftype {hp.ftype})")
     name, block, _ = TYPES[hp.wtype]

@@ -1,10 +1,19 @@
-"""whisper.cpp transcription: find the model, prove the file is whole, load it once, transcribe.
+"""whisper.cpp transcription: find the model, prove it loads and runs here, load it once, transcribe.
 
 whisper.cpp does not fail cleanly on a bad file: a truncated or foreign file loads into a null
-context and the first transcription segfaults the whole server. So `validate_model_file` walks
-the GGML file the way whisper.cpp's loader does (header, mel filters, vocabulary, every tensor's
-name, shape and data size) with seeks only, before whisper.cpp ever sees it; and while loading
-we listen to whisper.cpp's own log for "failed to load model" as a second guard. At exit an
+context that segfaults at the first transcription, and files it half-accepts abort the whole
+process (GGML_ASSERT). `whisper_model` is caller input, so before whisper.cpp sees a file:
+
+- it is opened only if it is a regular file (O_NONBLOCK, then fstat on the descriptor): a FIFO
+  cannot block us, /proc/self/fd/N cannot read our own stdin;
+- ggml.py walks it the way this build's loader reads it (header values, every tensor's name,
+  shape and type, data inside the file), with seeks only;
+- the memory it needs is checked against what is available (MemAvailable, cgroup, RLIMIT_AS,
+  RLIMIT_DATA);
+- a probe process loads it and runs it once (whisper_probe.py): an abort kills the probe, not
+  the server; and the checks, the probe and the load all read the one open descriptor.
+
+While loading we still listen to whisper.cpp's log for "failed to load model". At exit an
 atexit hook aborts a running transcription and waits for it: whisper.cpp segfaults if the
 interpreter tears down while a thread is inside whisper.cpp.
 
@@ -393,6 +402,14 @@ def _probe(mf: _ModelFile) -> None:
         raise TranscriptionError(run.error, code="model_invalid")
 
 
+def _probe_settled(key: ModelKey) -> None:
+    """Wait for a probe of this file that is running (started ahead), if any."""
+    with _probes_lock:
+        run = _probes.get(key)
+    if run is not None:
+        run.done.wait()
+
+
 def _start_probe(mf: _ModelFile) -> _ProbeRun:
     """The probe of this file: the one already running or passed, else a new one in a thread."""
     with _probes_lock:
@@ -457,7 +474,8 @@ def _probe_message(path: Path, status: int, err: str) -> str:
     pull = f"mcp-listen models pull {_short_name(path.name)}"
     if status == PROBE_EXIT_REFUSED:
         return f"whisper.cpp cannot load {path}: {detail}. Replace it, or download one with: {pull}"
-    how = f"signal {signal.Signals(-status).name}" if status < 0 and -status in signal.valid_signals() else f"exit {status}"
+    signalled = status < 0 and -status in signal.valid_signals()
+    how = f"signal {signal.Signals(-status).name}" if signalled else f"exit {status}"
     return (
         f"whisper.cpp crashed ({how}: {detail}) loading {path} in a test process, so this server did not "
         f"load it. If memory is short, free some or use a smaller model; else replace the file: {pull}"
@@ -606,7 +624,9 @@ class Transcriber:
             if self._model is not None and self._key == mf.key:
                 self._path = path  # the same file (device, inode, size, mtime), perhaps by another name
                 return
-            model = _check(mf, self.threads)
+            model = _walk(mf)
+            _probe_settled(mf.key)  # a probe started ahead holds memory the check below must not miss
+            _check_memory(mf, model, self.threads)
             pw = _whisper_module()  # before the probe: its headroom is measured with whisper.cpp mapped
             self.unload()
             _probe(mf)
