@@ -143,3 +143,29 @@ def _block(prefix: str, d: int, *, cross: bool) -> Iterator[tuple[str, tuple[int
     yield f"{prefix}.mlp.0.bias", (4 * d,), 0
     yield f"{prefix}.mlp.2.weight", (4 * d, d), 1
     yield f"{prefix}.mlp.2.bias", (d,), 0
+
+
+QUANTIZE_SKIP = {
+    "encoder.conv1.bias",
+    "encoder.conv2.bias",
+    "encoder.positional_embedding",
+    "decoder.positional_embedding",
+}
+
+
+def to_q8_0(t: Tensor) -> Tensor:
+    """What whisper.cpp's quantize tool does for q8_0: every 2-D tensor but four, in blocks of 32
+    values (an f16 scale, then 32 int8); the others stay as they are."""
+    if len(t.dims) != 2 or t.name in QUANTIZE_SKIP:
+        return t
+    x = np.frombuffer(t.data, dtype="<f2").astype(np.float32).reshape(-1, 32)
+    scale = np.abs(x).max(axis=1, keepdims=True) / 127.0
+    q = np.round(np.divide(x, scale, out=np.zeros_like(x), where=scale > 0)).clip(-127, 127).astype(np.int8)
+    blocks = np.empty(len(x), dtype=[("d", "<f2"), ("q", "i1", 32)])
+    blocks["d"], blocks["q"] = scale[:, 0].astype("<f2"), q
+    return Tensor(t.name, t.dims, 8, blocks.tobytes())
+
+
+def q8_0(model: Path, out: Path) -> Path:
+    """The real model quantized to q8_0, header ftype 2007 (quantization version 2, Q8_0)."""
+    return retyped(model, out, 2007, to_q8_0)

@@ -440,3 +440,23 @@ def test_server_survives_crashing_models_while_the_user_speaks(
         assert reply["structuredContent"]["error"]["code"] == "model_invalid", json.dumps(reply)
         assert "tools" in server.call("tools/list", {}, timeout=10)["result"]
         assert server.proc.poll() is None
+
+
+def test_a_quantized_model_is_accepted_and_transcribes(model_path: Path, tmp_path: Path) -> None:
+    """The type rules are not just strict: tiny.en quantized to q8_0 the way whisper.cpp's tool
+    does it passes, and transcribes the JFK sample word for word (in a child: it could abort)."""
+    path = M.q8_0(model_path, tmp_path / "ggml-tiny.en-q8_0.bin")
+    assert path.stat().st_size < model_path.stat().st_size * 0.6
+    T.validate_model_file(path)
+    code = (
+        "import sys, wave, numpy as np\n"
+        "from mcp_listen import transcriber as T\n"
+        "w = wave.open(sys.argv[2])\n"
+        "audio = np.frombuffer(w.readframes(w.getnframes()), dtype='<i2')\n"
+        "print(T.Transcriber(2).transcribe(T.condition(audio), path=sys.argv[1]))\n"
+    )
+    done = _child(code, str(path), str(REPO.parent / "shared" / "audio" / "jfk.wav"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = "".join(c for c in done.stdout.lower() if c.isalpha() or c == " ").split()
+    jfk = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
+    assert words == jfk.split()
