@@ -257,11 +257,23 @@ BAD_VARIABLES = {
 
 
 @pytest.mark.parametrize("name", sorted(BAD_VARIABLES))
-def test_invalid_environment_variable_exits_78_naming_it_without_its_value(tmp_path, name):
+def test_invalid_environment_variable_is_named_by_every_call_without_its_value(tmp_path, name):
+    """The server starts anyway (a client would only show "Failed to connect"), names the variable
+    once on stderr and in every tool result, and never repeats the value: it may be a secret."""
+    from rpc import RawServer
+
     env = server_env(MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), **{name: BAD_VARIABLES[name]})
-    done = subprocess.run(SERVER_CMD, env=env, input=b"", capture_output=True, timeout=30)
-    stderr = done.stderr.decode(errors="replace")
-    assert done.returncode == 78, stderr
-    assert name in stderr
-    assert SECRET not in stderr and PRIVATE not in stderr and "alice" not in stderr
-    assert done.stdout == b""
+    log = tmp_path / "stderr.log"
+    with RawServer(env, stderr_path=log) as server:
+        server.initialize()
+        reply = server.call("tools/call", {"name": "get_status", "arguments": {}})["result"]
+        server.close_stdin()
+        assert server.wait_exit() == 0
+        lines = list(server.lines)
+    text = " ".join(block["text"] for block in reply["content"])
+    assert reply["isError"] and "invalid_config" in text and name in text
+    stderr = log.read_text(errors="replace")
+    assert stderr.count(name) == 1, stderr
+    for shown in (text, stderr):
+        assert SECRET not in shown and PRIVATE not in shown and "alice" not in shown
+    assert all(line.startswith(b'{"') for line in lines)
