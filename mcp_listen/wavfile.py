@@ -124,7 +124,7 @@ def open_folder(folder: Path, *, ours: bool = False) -> Folder:
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except OSError as exc:
-        raise StorageError(f"{_open_problem(exc)} {_folder_hint()}") from None
+        raise StorageError(f"{_open_problem(folder, exc)} {_folder_hint()}") from None
     try:
         _check_fd(folder, fd, ours)
     except BaseException:
@@ -133,8 +133,8 @@ def open_folder(folder: Path, *, ours: bool = False) -> Folder:
     return Folder(folder, fd)
 
 
-def _open_problem(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
+def _open_problem(folder: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and folder.is_symlink()):
         return "The recordings folder is a symbolic link; name the real folder."
     if exc.errno == errno.ENOTDIR:
         return "The recordings folder is not a folder."

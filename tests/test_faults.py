@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -219,6 +220,62 @@ def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_pat
             subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
             fixed = w.call("capture_audio", {"duration_ms": 300})
             assert not fixed.get("isError"), fixed["content"][0]["text"]
+
+
+@contextmanager
+def stalled(pid: int, syscall: str = "flock") -> Iterator[subprocess.Popen]:
+    """Every `syscall` of process `pid` (all threads) stalls 30 s: strace delay injection, as when
+    a disk hangs. The WAV writer is the only flock user: it stalls right after creating its file.
+    A stalled thread dies only once strace lets go of it (kill the tracer: the block yields it)."""
+    if shutil.which("strace") is None:
+        pytest.fail("strace is needed to stall a write for real: apt-get install strace")
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", os.devnull, "-p", str(pid), "-e", f"trace={syscall}",
+         "-e", f"inject={syscall}:delay_enter=30000000"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while "TracerPid:\t0" in Path(f"/proc/{pid}/status").read_text():
+            assert tracer.poll() is None, tracer.stderr.read().decode(errors="replace")
+            assert time.monotonic() < deadline, "strace did not attach"
+            time.sleep(0.02)
+        yield tracer
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+        tracer.wait(10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_during_a_stalled_write_leaves_no_short_wav_and_the_next_start_cleans_up(vmic, tmp_path, sig):
+    """Was: a 0- or 44-byte .wav that the next start kept (for 24 h). Now the WAV is written under a
+    temporary name, renamed when complete, and the next start removes an abandoned one at once."""
+    rec = tmp_path / "rec"
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec))
+    with wire(env) as w:
+        pid = w.server.proc.pid
+        with stalled(pid) as tracer:
+            request = w.start("capture_audio", {"duration_ms": 500})
+            w.until(lambda: files_in(rec), 15, "the recording file was never created")
+            time.sleep(0.3)
+            assert request["id"] not in w.responses, "the write did not stall: nothing was tested"
+            os.kill(pid, sig)
+            time.sleep(2.0 if sig == signal.SIGTERM else 0.2)  # SIGTERM: past the 1.5 s shutdown grace
+            tracer.kill()
+            code = w.server.wait_exit(10)
+    left = files_in(rec)
+    assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
+    assert left and not [name for name in left if name.endswith(".wav")], left
+    with wire(env) as w:
+        w.status()
+        deadline = time.monotonic() + 5
+        while files_in(rec) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert files_in(rec) == [], "the next start kept an incomplete recording"
+        done = w.call("capture_audio", {"duration_ms": 300})
+        assert not done.get("isError"), done["content"][0]["text"]
+    assert files_in(rec) == [Path(done["structuredContent"]["path"]).name]
 
 
 # ===================================================================================== environment
