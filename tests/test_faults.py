@@ -20,7 +20,7 @@ import pytest
 import audio_assets as A
 from fake_ollama import refused_url
 from rpc import SERVER_CMD, server_env
-from test_reliability import files_in, speech_clip, wire
+from test_reliability import files_in, speech_clip, stalled, wire
 from vmic import env_no_input_devices, env_without_portaudio
 
 QUESTION = "what is the tallest mountain in the world"
@@ -207,7 +207,7 @@ def test_full_filesystem_is_a_clear_error_without_partial_file(vmic, tmp_path):
 
 
 def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_path):
-    with tmpfs(tmp_path / "ro", "ro,size=64k") as folder:
+    with tmpfs(tmp_path / "ro", "ro,size=64k,mode=0700") as folder:
         env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(folder))
         with wire(env) as w:
             began = time.monotonic()
@@ -220,31 +220,6 @@ def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_pat
             subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
             fixed = w.call("capture_audio", {"duration_ms": 300})
             assert not fixed.get("isError"), fixed["content"][0]["text"]
-
-
-@contextmanager
-def stalled(pid: int, syscall: str = "flock") -> Iterator[subprocess.Popen]:
-    """Every `syscall` of process `pid` (all threads) stalls 30 s: strace delay injection, as when
-    a disk hangs. The WAV writer is the only flock user: it stalls right after creating its file.
-    A stalled thread dies only once strace lets go of it (kill the tracer: the block yields it)."""
-    if shutil.which("strace") is None:
-        pytest.fail("strace is needed to stall a write for real: apt-get install strace")
-    tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", os.devnull, "-p", str(pid), "-e", f"trace={syscall}",
-         "-e", f"inject={syscall}:delay_enter=30000000"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while "TracerPid:\t0" in Path(f"/proc/{pid}/status").read_text():
-            assert tracer.poll() is None, tracer.stderr.read().decode(errors="replace")
-            assert time.monotonic() < deadline, "strace did not attach"
-            time.sleep(0.02)
-        yield tracer
-    finally:
-        if tracer.poll() is None:
-            tracer.kill()
-        tracer.wait(10)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -160,6 +161,31 @@ def frozen(vmic) -> Iterator[None]:
         yield
     finally:
         vmic.thaw()
+
+
+@contextmanager
+def stalled(pid: int, syscall: str = "flock") -> Iterator[subprocess.Popen]:
+    """Every `syscall` of process `pid` (all threads) stalls 30 s: strace delay injection, as when
+    a disk hangs. The WAV writer is the only flock user: it stalls right after creating its file.
+    A stalled thread dies only once strace lets go of it (kill the tracer: the block yields it)."""
+    if shutil.which("strace") is None:
+        pytest.fail("strace is needed to stall a write for real: apt-get install strace")
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", os.devnull, "-p", str(pid), "-e", f"trace={syscall}",
+         "-e", f"inject={syscall}:delay_enter=30000000"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while "TracerPid:\t0" in Path(f"/proc/{pid}/status").read_text():
+            assert tracer.poll() is None, tracer.stderr.read().decode(errors="replace")
+            assert time.monotonic() < deadline, "strace did not attach"
+            time.sleep(0.02)
+        yield tracer
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+        tracer.wait(10)
 
 
 def speech_clip() -> Path:
@@ -457,22 +483,25 @@ def test_shutdown_with_a_hung_sound_server_still_exits_in_time(env, vmic, rec_di
 
 
 def test_a_second_signal_exits_at_once(env, vmic, rec_dir):
-    """With the sound server frozen the first signal's cleanup takes about a second; a second
-    signal during it ends the process immediately, with the second signal's code."""
+    """While the first signal's cleanup waits (up to 1.5 s) for a recording whose file write hangs
+    (strace stalls it), a second signal ends the process at once, with the second signal's code."""
     with wire(env) as w:
-        w.start("capture_audio", {"duration_ms": 20000})
-        w.wait_recording()
-        with frozen(vmic):
+        with stalled(w.server.proc.pid) as tracer:
+            request = w.start("capture_audio", {"duration_ms": 300})
+            w.until(lambda: files_in(rec_dir), 15, "the recording file was never created")
+            assert request["id"] not in w.responses, "the write did not stall: nothing was tested"
             w.server.proc.send_signal(signal.SIGTERM)
             time.sleep(0.1)
-            second = time.monotonic()
             w.server.proc.send_signal(signal.SIGINT)
+            time.sleep(0.1)
+            tracer.kill()  # a thread stopped by strace holds the exit until strace lets go
+            second = time.monotonic()
             code = w.server.wait_exit(10)
             took = time.monotonic() - second
-    print(f"\nsecond signal: exit {code} after {took * 1000:.0f} ms")
+    print(f"\nsecond signal: exit {code} ({took * 1000:.0f} ms after strace let go)")
     assert code == 130, "the exit code must come from the second signal (the first one's cleanup was still waiting)"
     assert took < 0.5
-    assert files_in(rec_dir) == []
+    assert not [name for name in files_in(rec_dir) if name.endswith(".wav")]
 
 
 # ============================================================================================== races
