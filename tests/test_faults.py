@@ -222,6 +222,38 @@ def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_pat
             assert not fixed.get("isError"), fixed["content"][0]["text"]
 
 
+def test_a_folder_swapped_for_a_symlink_mid_recording_gets_no_file(vmic, tmp_path):
+    """Was: the folder was checked before recording, the WAV written by path after it, so a symlink
+    swapped in while the user spoke put the recording at the symlink's target."""
+    rec, target = tmp_path / "rec", tmp_path / "target"
+    target.mkdir()
+    with wire(server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec))) as w:
+        request = w.start("capture_audio", {"duration_ms": 1500})
+        w.wait_recording(min_elapsed_ms=200)
+        rec.rename(tmp_path / "moved")
+        rec.symlink_to(target)
+        result = w.wait(request["id"], 15)["result"]
+        error = result["structuredContent"]["error"]
+        assert result["isError"] and error["code"] == "storage_error" and "replaced" in error["message"], error
+        refused = w.call("capture_audio", {"duration_ms": 300})
+        assert refused["structuredContent"]["error"]["code"] == "storage_error"
+        assert "symbolic link" in refused["structuredContent"]["error"]["message"]
+    assert files_in(target) == [] and files_in(tmp_path / "moved") == []
+
+
+def test_a_world_writable_folder_is_refused_before_recording(vmic, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with wire(server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(shared))) as w:
+        began = time.monotonic()
+        result = w.call("capture_audio", {"duration_ms": 3000})
+        assert time.monotonic() - began < 2.5, "the folder must be checked before recording"
+    error = result["structuredContent"]["error"]
+    assert result["isError"] and error["code"] == "storage_error" and "chmod go-w" in error["message"], error
+    assert files_in(shared) == []
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_during_a_stalled_write_leaves_no_short_wav_and_the_next_start_cleans_up(vmic, tmp_path, sig):
     """Was: a 0- or 44-byte .wav that the next start kept (for 24 h). Now the WAV is written under a
