@@ -102,15 +102,19 @@ class Recorder:
         A recording that is letting go (its call was cancelled) is waited for, briefly: a client
         that cancels and calls again at once should get the microphone, not `busy`.
         """
-        if not self._lock.acquire(blocking=False):
-            holder = self._claim
-            letting_go = holder is None or holder.letting_go
-            if not (letting_go and self._lock.acquire(timeout=RELEASE_WAIT_S)):
-                raise DeviceBusy(
-                    "A recording is already in progress. Wait for it to finish, then call again.",
-                )
+        if not self._lock.acquire(blocking=False) and not self._after_letting_go():
+            raise DeviceBusy(
+                "A recording is already in progress. Wait for it to finish, then call again.",
+            )
         self._claim = Claim(tool, stop=stop)
         return self._claim
+
+    def _after_letting_go(self) -> bool:
+        """Take the lock once a cancelled holder lets go (bounded); False at once if it is still recording."""
+        holder = self._claim
+        if holder is None:  # released just now
+            return self._lock.acquire(blocking=False)
+        return holder.letting_go and self._lock.acquire(timeout=RELEASE_WAIT_S)
 
     def release(self, claim: Claim) -> None:
         if self._claim is claim:
