@@ -278,9 +278,9 @@ async def test_client_timeout_cancels_the_recording(env, rec_dir):
     assert files_in(rec_dir) == [Path(after.structured_content["path"]).name]
 
 
-def test_cancel_with_a_hung_sound_server_releases_after_the_close_timeout(env, vmic, rec_dir):
-    """Limit: a stream whose sound server is frozen cannot be closed; the microphone is declared
-    free after the 1 s close timeout instead of at once, and the server carries on."""
+def test_cancel_with_a_hung_sound_server_releases_at_once(env, vmic, rec_dir):
+    """A stream whose sound server is frozen cannot be closed: its audio thread closes it whenever
+    the server answers again, and the cancelled call lets go of the microphone at once."""
     with wire(env) as w:
         request = w.start("capture_audio", {"duration_ms": 20000})
         w.wait_recording()
@@ -289,7 +289,7 @@ def test_cancel_with_a_hung_sound_server_releases_after_the_close_timeout(env, v
         after = w.call("capture_audio", {"duration_ms": 300})
         assert not after.get("isError"), after["content"][0]["text"]
     print(f"\ncancel with a frozen sound server: released after {released * 1000:.0f} ms")
-    assert released <= 2.0
+    assert released <= RELEASE_S
     assert files_in(rec_dir) == [Path(after["structuredContent"]["path"]).name]
 
 
