@@ -131,10 +131,14 @@ def test_other_cli_commands_refuse_a_bad_environment(tmp_path):
 # ------------------------------------------------------------------ nothing said is lost (item 3)
 
 
-@pytest.mark.parametrize("failure", ["refused", "not_pulled"])
+CODES = {"refused": "ollama_unreachable", "not_pulled": "model_not_pulled", "redirect": "ollama_redirect"}
+
+
+@pytest.mark.parametrize("failure", list(CODES))
 async def test_ollama_is_checked_before_the_microphone_opens(vmic, tmp_path, models, ollama, failure):
     host = refused_url() if failure == "refused" else ollama.url
     ollama.models = ["someone-else:latest"]
+    ollama.mode = "redirect" if failure == "redirect" else "ok"
     env = base_env(vmic, tmp_path, OLLAMA_HOST=host, WHISPER_MODEL_PATH=str(models))
     async with mcp_client(env) as client:
         started = time.monotonic()
@@ -142,7 +146,7 @@ async def test_ollama_is_checked_before_the_microphone_opens(vmic, tmp_path, mod
         took = time.monotonic() - started
         status = (await client.call_tool("get_status", {})).structured_content
     error = error_payload(result)["error"]
-    assert error["code"] == ("ollama_unreachable" if failure == "refused" else "model_not_pulled")
+    assert error["code"] == CODES[failure]
     assert error["stage"] == "llm"
     assert took < 8, "a recording ran: nobody spoke, so it would have waited out the 10 s no-speech timeout"
     assert status["recording"] is False

@@ -98,7 +98,7 @@ def test_each_phrase_is_conditioned_on_the_text_before_it():
     worker.submit("And so my fellow Americans.")
     worker.submit("ask not what your country can do for you.")
     text = worker.finish("ask what you can do for your country.")
-    assert prompts == ["", "And so my fellow Americans.", "And so my fellow Americans ask not what your country can do for you."]
+    assert prompts == ["", "And so my fellow Americans", "And so my fellow Americans ask not what your country can do for you"]
     assert text == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country."
 
 
