@@ -19,6 +19,7 @@ import anyio.to_thread
 from anyio.lowlevel import RunVar
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.shared.dispatcher import coerce_request_id
 
 from mcp_listen import __version__, contracts
 from mcp_listen.errors import Cancelled, ListenError
@@ -229,10 +230,41 @@ def error_result(exc: ListenError) -> types.CallToolResult:
     return types.CallToolResult(content=_text(structured), structured_content=structured, is_error=True)
 
 
+class InFlight:
+    """Tool calls in flight by request id, so that notifications/cancelled reaches every one of them.
+
+    The SDK (mcp 2.3) keeps one call per request id: a reused id replaces the entry, and the first
+    call could no longer be cancelled. A cancel sets the stop event of every call with that id.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[Any, list[Call]] = {}
+
+    def add(self, ctx: Any, call: Call) -> Callable[[], None]:
+        """Track `call`; returns the function that forgets it."""
+        key = coerce_request_id(ctx.request_id) if ctx.request_id is not None else None
+        self._calls.setdefault(key, []).append(call)
+
+        def forget() -> None:
+            calls = self._calls.get(key, [])
+            if call in calls:
+                calls.remove(call)
+            if not calls:
+                self._calls.pop(key, None)
+
+        return forget
+
+    async def cancelled(self, ctx: Any, params: types.CancelledNotificationParams) -> None:
+        if params.request_id is not None:
+            for call in self._calls.get(coerce_request_id(params.request_id), []):
+                call.stop.set()
+
+
 def build_server(engine: Engine) -> Server:
     """The MCP server with its five tools bound to `engine`."""
     specs = {spec.name: spec for spec in TOOLS}
     listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in TOOLS])
+    in_flight = InFlight()
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed
@@ -245,7 +277,12 @@ def build_server(engine: Engine) -> Server:
         try:
             engine.settings.check()  # a misconfigured server still serves, and says what to fix
             args = contracts.parse_args(spec.args, params.arguments)
-            payload = await spec.run(engine, args, Call(ctx))
+            call = Call(ctx)
+            forget = in_flight.add(ctx, call)
+            try:
+                payload = await spec.run(engine, args, call)
+            finally:
+                forget()
         except ListenError as exc:
             if not isinstance(exc, Cancelled):
                 log.info("%s failed: %s", spec.name, exc.code)
@@ -255,7 +292,7 @@ def build_server(engine: Engine) -> Server:
             return error_result(ListenError("Internal error in mcp-listen; the server log (stderr) has details."))
         return types.CallToolResult(content=_text(spec.text(payload)), structured_content=payload)
 
-    return Server(
+    server = Server(
         "mcp-listen",
         version=_package_version(),
         title="mcp-listen",
@@ -263,6 +300,8 @@ def build_server(engine: Engine) -> Server:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, in_flight.cancelled)
+    return server
 
 
 def _package_version() -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -19,7 +20,7 @@ import pytest
 import audio_assets as A
 from fake_ollama import refused_url
 from rpc import SERVER_CMD, server_env
-from test_reliability import files_in, speech_clip, wire
+from test_reliability import files_in, speech_clip, stalled, wire
 from vmic import env_no_input_devices, env_without_portaudio
 
 QUESTION = "what is the tallest mountain in the world"
@@ -205,7 +206,7 @@ def test_full_filesystem_is_a_clear_error_without_partial_file(vmic, tmp_path):
 
 
 def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_path):
-    with tmpfs(tmp_path / "ro", "ro,size=64k") as folder:
+    with tmpfs(tmp_path / "ro", "ro,size=64k,mode=0700") as folder:
         env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(folder))
         with wire(env) as w:
             began = time.monotonic()
@@ -218,6 +219,69 @@ def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_pat
             subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
             fixed = w.call("capture_audio", {"duration_ms": 300})
             assert not fixed.get("isError"), fixed["content"][0]["text"]
+
+
+def test_a_folder_swapped_for_a_symlink_mid_recording_gets_no_file(vmic, tmp_path):
+    """Was: the folder was checked before recording, the WAV written by path after it, so a symlink
+    swapped in while the user spoke put the recording at the symlink's target."""
+    rec, target = tmp_path / "rec", tmp_path / "target"
+    target.mkdir()
+    with wire(server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec))) as w:
+        request = w.start("capture_audio", {"duration_ms": 1500})
+        w.wait_recording(min_elapsed_ms=200)
+        rec.rename(tmp_path / "moved")
+        rec.symlink_to(target)
+        result = w.wait(request["id"], 15)["result"]
+        error = result["structuredContent"]["error"]
+        assert result["isError"] and error["code"] == "storage_error" and "replaced" in error["message"], error
+        refused = w.call("capture_audio", {"duration_ms": 300})
+        assert refused["structuredContent"]["error"]["code"] == "storage_error"
+        assert "symbolic link" in refused["structuredContent"]["error"]["message"]
+    assert files_in(target) == [] and files_in(tmp_path / "moved") == []
+
+
+def test_a_world_writable_folder_is_refused_before_recording(vmic, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with wire(server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(shared))) as w:
+        began = time.monotonic()
+        result = w.call("capture_audio", {"duration_ms": 3000})
+        assert time.monotonic() - began < 2.5, "the folder must be checked before recording"
+    error = result["structuredContent"]["error"]
+    assert result["isError"] and error["code"] == "storage_error" and "chmod go-w" in error["message"], error
+    assert files_in(shared) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_during_a_stalled_write_leaves_no_short_wav_and_the_next_start_cleans_up(vmic, tmp_path, sig):
+    """Was: a 0- or 44-byte .wav that the next start kept (for 24 h). Now the WAV is written under a
+    temporary name, renamed when complete, and the next start removes an abandoned one at once."""
+    rec = tmp_path / "rec"
+    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec))
+    with wire(env) as w:
+        pid = w.server.proc.pid
+        with stalled(pid) as tracer:
+            request = w.start("capture_audio", {"duration_ms": 500})
+            w.until(lambda: files_in(rec), 15, "the recording file was never created")
+            time.sleep(0.3)
+            assert request["id"] not in w.responses, "the write did not stall: nothing was tested"
+            os.kill(pid, sig)
+            time.sleep(2.0 if sig == signal.SIGTERM else 0.2)  # SIGTERM: past the 1.5 s shutdown grace
+            tracer.kill()
+            code = w.server.wait_exit(10)
+    left = files_in(rec)
+    assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
+    assert left and not [name for name in left if name.endswith(".wav")], left
+    with wire(env) as w:
+        w.status()
+        deadline = time.monotonic() + 5
+        while files_in(rec) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert files_in(rec) == [], "the next start kept an incomplete recording"
+        done = w.call("capture_audio", {"duration_ms": 300})
+        assert not done.get("isError"), done["content"][0]["text"]
+    assert files_in(rec) == [Path(done["structuredContent"]["path"]).name]
 
 
 # ===================================================================================== environment
