@@ -314,13 +314,13 @@ class Engine:
         model_path = self.resolve_whisper_model(args.whisper_model)
         language, translate = self.language(args), bool(args.translate)
         self.check_language(model_path, language, translate)
-        if before_recording is not None:
-            before_recording()
         cancel = _linked(stop, self.shutdown)
         worker = self._phrase_worker(model_path, language, translate, cancel)
         try:
             claim = self.recorder.claim(tool, stop=cancel)
             try:
+                if before_recording is not None:  # under the claim: one call at a time gets this far
+                    before_recording()
                 heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=lambda: self._preload(model_path))
             finally:
                 self.recorder.release(claim)
