@@ -28,6 +28,7 @@ import os
 import re
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import threading
