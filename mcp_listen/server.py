@@ -2,8 +2,9 @@
 
 It declares the tools, validates arguments (contracts.py), hands the blocking work
 to a worker thread (pipeline.Engine), bridges cancellation and progress, and turns
-results and ListenErrors into CallToolResults: structured content plus one text
-block holding the same JSON. It decides nothing about audio.
+results and ListenErrors into CallToolResults: a success is structured content plus
+one text block holding the same JSON; an error is two text blocks (see error_result).
+It decides nothing about audio.
 """
 
 from __future__ import annotations
@@ -200,9 +201,16 @@ def _text(value: Any) -> list[types.TextContent]:
 
 
 def error_result(exc: ListenError) -> types.CallToolResult:
-    """isError with the cause in words and, for machines, `error: {stage, code, message}`."""
-    structured = {"error": exc.to_dict(), **exc.extra}
-    return types.CallToolResult(content=_text(structured), structured_content=structured, is_error=True)
+    """isError with two text blocks: "Error: <message>" for people and models, then the JSON
+    `{"error": {stage, code, message}, **extra}` for programs (branch on `error.code`).
+
+    No structuredContent: the TypeScript SDK 1.x client and MCP Inspector validate it against
+    the tool's outputSchema even when isError is true, and throw a schema complaint instead of
+    showing the error.
+    """
+    payload = {"error": exc.to_dict(), **exc.extra}
+    sentence = types.TextContent(type="text", text=f"Error: {exc.message}")
+    return types.CallToolResult(content=[sentence, *_text(payload)], is_error=True)
 
 
 def build_server(engine: Engine) -> Server:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import audio_assets
-from rpc import LEGACY_VERSIONS, RawServer, mcp_client, server_env, structured, tool_call
+from rpc import LEGACY_VERSIONS, RawServer, error_of, mcp_client, server_env, structured, tool_call
 from vmic import env_no_input_devices, env_without_portaudio
 
 pytestmark = pytest.mark.anyio
@@ -149,7 +149,7 @@ async def test_capture_by_id_and_index(env):
     assert not by_id.is_error and not by_index.is_error
     for bad in (unknown, out_of_range):
         assert bad.is_error
-        error = bad.structured_content["error"]
+        error = error_of(bad)["error"]
         assert error["code"] == "device_not_found" and "list_audio_devices" in error["message"]
 
 
@@ -180,7 +180,7 @@ async def test_every_validation_error_names_the_argument_and_writes_nothing(env,
         for name, args, culprit in INVALID_CALLS:
             result = await client.call_tool(name, args)
             assert result.is_error, (name, args)
-            error = result.structured_content["error"]
+            error = error_of(result)["error"]
             assert error["code"] == "invalid_argument", (name, args, error)
             assert culprit in error["message"], (name, args, error)
         status = structured(await client.call_tool("get_status", {}))
@@ -199,7 +199,7 @@ def test_second_recording_in_the_same_write_is_refused_at_once(env):
         refused_after = time.monotonic() - started
         done = server.wait_for(first["id"])
     assert refused["result"]["isError"] is True
-    assert refused["result"]["structuredContent"]["error"]["code"] == "busy"
+    assert error_of(refused["result"])["error"]["code"] == "busy"
     assert "already in progress" in refused["result"]["content"][0]["text"]
     assert refused_after < 1.4, "the refusal must not wait for the first recording"
     assert "isError" not in done["result"] or not done["result"]["isError"]
@@ -237,7 +237,7 @@ async def test_missing_portaudio_still_serves_and_says_how_to_install(rec_dir):
     assert {t.name for t in tools} == TOOL_NAMES
     for failed in (result, capture):
         assert failed.is_error
-        error = failed.structured_content["error"]
+        error = error_of(failed)["error"]
         assert error["code"] == "portaudio_missing"
         assert "sudo apt install libportaudio2" in error["message"]
 
@@ -249,5 +249,5 @@ async def test_no_input_devices_is_an_empty_list(rec_dir):
         capture = await client.call_tool("capture_audio", {"duration_ms": 200})
     assert not listed.is_error and structured(listed) == {"devices": []}
     assert json.loads(listed.content[0].text) == []
-    assert capture.is_error and capture.structured_content["error"]["code"] == "no_input_device"
+    assert capture.is_error and error_of(capture)["error"]["code"] == "no_input_device"
     assert not rec_dir.exists() or not any(rec_dir.iterdir())
