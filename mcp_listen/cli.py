@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mcp_listen import __version__
-from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, InvalidArgument, ListenError
+from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, InvalidArgument, ListenError
 
 log = logging.getLogger("mcp_listen")
 
@@ -48,12 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("file", type=Path, help="16 kHz mono 16-bit WAV file")
         else:
             _recording_options(p, stop_default=True)
-        p.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
-        p.add_argument("--language", help="language code, or auto (default en)")
+        _whisper_options(p)
     query = sub.add_parser("query", help="run voice_query from a terminal and print its result")
     _recording_options(query, stop_default=True)
-    query.add_argument("--whisper-model")
-    query.add_argument("--language")
+    _whisper_options(query)
     query.add_argument("--model", help="Ollama model (default llama3.2)")
     query.add_argument("--prompt", help="system prompt")
     models = sub.add_parser("models", help="list whisper models, or pull one")
@@ -89,9 +87,15 @@ def package_version() -> str:
         return __version__
 
 
+def _whisper_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
+    p.add_argument("--language", help="language code or name, or auto (default en)")
+    p.add_argument("--translate", action="store_true", default=None, help="English text from any language")
+
+
 def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:
     p.add_argument("--duration-ms", type=int, help="length (a maximum with stop-on-silence), 100-30000")
-    p.add_argument("--device", help="device id or index (see: mcp-listen devices)")
+    p.add_argument("--device", help="device id, index or name (see: mcp-listen devices)")
     if stop_default:
         p.add_argument("--no-stop-on-silence", dest="stop_on_silence", action="store_false", default=None)
     else:
@@ -102,20 +106,20 @@ def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> Non
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     opts = parser.parse_args(argv)
-    try:
-        from mcp_listen.config import load_settings
+    from mcp_listen.config import load_settings
 
-        settings = load_settings(log_level=opts.log_level.upper() if opts.log_level else None)
-    except ConfigError as exc:
-        print(f"mcp-listen: {exc}", file=sys.stderr)
-        return exc.exit_code
+    settings = load_settings(log_level=opts.log_level.upper() if opts.log_level else None)
     _setup_logging(settings.log_level)
     command = opts.command or "serve"
     if command == "serve":
         from mcp_listen.lifecycle import serve
 
+        if settings.problems:  # serve anyway: every tool call and doctor will say what to fix
+            log.error("invalid configuration: %s", " ".join(settings.problems))
         return serve(settings)
     try:
+        if command != "doctor":
+            settings.check()
         return _run_command(command, opts, settings)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -9,10 +9,11 @@ from typing import Any
 from mcp_listen import contracts
 from mcp_listen.cli import print_json, tool_args
 from mcp_listen.config import Settings
-from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
 from mcp_listen.pipeline import Engine
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
+WHISPER_FIELDS = ("whisper_model", "language", "translate")
 
 
 def devices(opts: argparse.Namespace, settings: Settings) -> int:
@@ -44,14 +45,14 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
 
 
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
-    fields = (*RECORDING_FIELDS, "whisper_model", "language")
+    fields = (*RECORDING_FIELDS, *WHISPER_FIELDS)
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
     print_json(Engine(settings).transcribe_voice(args, progress=_say))
     return EXIT_OK
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
-    fields = (*RECORDING_FIELDS, "whisper_model", "language", "model", "prompt")
+    fields = (*RECORDING_FIELDS, *WHISPER_FIELDS, "model", "prompt")
     args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
     print_json(Engine(settings).voice_query(args, progress=_say))
     return EXIT_OK
@@ -60,11 +61,11 @@ def query(opts: argparse.Namespace, settings: Settings) -> int:
 def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     from mcp_listen.transcriber import usable_text
 
-    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, ("whisper_model", "language")))
+    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, WHISPER_FIELDS))
     engine = Engine(settings)
     model_path = engine.resolve_whisper_model(args.whisper_model)
     samples = _read_wav(opts.file)
-    raw = engine.transcribe_samples(samples, model_path, args.language or "en")
+    raw = engine.transcribe_samples(samples, model_path, engine.language(args), translate=bool(args.translate)).text
     print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
     return EXIT_OK
 
@@ -91,7 +92,7 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     for folder in settings.model_search_dirs:
         print(f"  {folder}")
     if not found:
-        print("No whisper models found. Fetch one: mcp-listen models pull base.en")
+        print(f"No whisper models found. Fetch one: {command('models', 'pull', 'base.en')}")
         return EXIT_UNAVAILABLE
     for m in found:
         print(f"  {m.name:<24} {m.size_bytes / 1e6:8.1f} MB  {m.path}")

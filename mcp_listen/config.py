@@ -1,7 +1,10 @@
 """Settings read once from the environment at startup, validated, then frozen.
 
-An invalid variable stops the server with a message naming the variable (exit 78);
-the message never echoes the value, which may be a secret or a private path.
+An invalid variable never stops the MCP server: a client such as Claude Code would show only
+"Failed to connect". The variable falls back to its default, the problem is kept in
+`Settings.problems`, logged once on stderr, and every tool call and `doctor` report it with
+the fix. The CLI's other commands stop with exit 78. Messages name the variable and never
+echo the value, which may be a secret or a private path.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 
+from mcp_listen import contracts, languages
 from mcp_listen.errors import ConfigError
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
@@ -49,6 +53,22 @@ class Settings:
 
     whisper_threads: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
     """CPU threads whisper.cpp uses (MCP_LISTEN_WHISPER_THREADS)."""
+
+    defaults: contracts.Defaults = contracts.Defaults()
+    """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,
+    MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS): set once in the
+    client's config instead of in every call."""
+
+    problems: tuple[str, ...] = ()
+    """What is wrong with the environment, one sentence per variable; empty when all is well."""
+
+    def check(self) -> None:
+        """Raise ConfigError naming every invalid variable and how to fix it."""
+        if self.problems:
+            raise ConfigError(
+                " ".join(self.problems) + " Fix the server's environment (the `env` of mcp-listen in the MCP "
+                "client's configuration), then restart the server."
+            )
 
     @property
     def model_search_dirs(self) -> list[Path]:
@@ -105,6 +125,22 @@ def _url(raw: str) -> str:
     return raw.rstrip("/")
 
 
+def _length(limit: int) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if len(raw) > limit:
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
+def _silence_ms(raw: str) -> int:
+    value = int(raw)
+    if not (contracts.MIN_SILENCE_MS <= value <= contracts.MAX_SILENCE_MS):
+        raise ValueError(raw)
+    return value
+
+
 def normalize_ollama_host(raw: str) -> str:
     """Accept the forms Ollama accepts: `host`, `host:port`, `:port`, or a URL."""
     host = raw.strip()
@@ -132,22 +168,46 @@ def normalize_ollama_host(raw: str) -> str:
     return f"{scheme}://{name}:{port}" + (f"/{path}".rstrip("/") if path else "")
 
 
+_SETTINGS = {
+    "recordings_dir": ("MCP_LISTEN_RECORDINGS_DIR", Path, "a folder path"),
+    "log_level": ("MCP_LISTEN_LOG_LEVEL", _log_level, "one of " + ", ".join(LOG_LEVELS)),
+    "whisper_model_dir": ("WHISPER_MODEL_PATH", Path, "a folder path"),
+    "models_url": ("MCP_LISTEN_MODELS_URL", _url, "an http:// or https:// URL"),
+    "ollama_host": ("OLLAMA_HOST", normalize_ollama_host, "host, host:port or http://host:port"),
+    "ollama_timeout_s": ("MCP_LISTEN_OLLAMA_TIMEOUT_S", _positive_float, "seconds, a number > 0"),
+    "whisper_threads": ("MCP_LISTEN_WHISPER_THREADS", _thread_count, "an integer from 1 to 64"),
+}
+
+_DEFAULTS = {
+    "whisper_model": ("MCP_LISTEN_WHISPER_MODEL", _length(contracts.MAX_WHISPER_MODEL_CHARS), "a whisper model name, file name or path"),
+    "language": ("MCP_LISTEN_LANGUAGE", languages.normalize, languages.ACCEPTED),
+    "model": ("MCP_LISTEN_OLLAMA_MODEL", _length(contracts.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
+    "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(contracts.MAX_PROMPT_CHARS), "a system prompt"),
+    "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, contracts.ACCEPTED["silence_ms"]),
+}
+
+
 def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-    """Read and validate the environment; `overrides` (from CLI flags) win over it."""
+    """Read and validate the environment; `overrides` (from CLI flags) win over it.
+
+    An invalid variable keeps its default and adds a sentence to `problems` (see the module doc).
+    """
     env = os.environ if env is None else env
+    problems: list[str] = []
+    values = _read_all(env, _SETTINGS, problems)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    defaults = contracts.Defaults(**_read_all(env, _DEFAULTS, problems))  # type: ignore[arg-type]
+    return Settings(**values, defaults=defaults, problems=tuple(problems))  # type: ignore[arg-type]
+
+
+def _read_all(env: Mapping[str, str], table: dict[str, tuple], problems: list[str]) -> dict[str, object]:
     values: dict[str, object] = {}
-    reads = {
-        "recordings_dir": ("MCP_LISTEN_RECORDINGS_DIR", Path, "a folder path"),
-        "log_level": ("MCP_LISTEN_LOG_LEVEL", _log_level, "one of " + ", ".join(LOG_LEVELS)),
-        "whisper_model_dir": ("WHISPER_MODEL_PATH", Path, "a folder path"),
-        "models_url": ("MCP_LISTEN_MODELS_URL", _url, "an http:// or https:// URL"),
-        "ollama_host": ("OLLAMA_HOST", normalize_ollama_host, "host, host:port or http://host:port"),
-        "ollama_timeout_s": ("MCP_LISTEN_OLLAMA_TIMEOUT_S", _positive_float, "seconds, a number > 0"),
-        "whisper_threads": ("MCP_LISTEN_WHISPER_THREADS", _thread_count, "an integer from 1 to 64"),
-    }
-    for attr, (name, parse, accepted) in reads.items():
-        value = _read(env, name, parse, accepted)
+    for attr, (name, parse, accepted) in table.items():
+        try:
+            value = _read(env, name, parse, accepted)
+        except ConfigError as exc:
+            problems.append(exc.message)
+            continue
         if value is not None:
             values[attr] = value
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return Settings(**values)  # type: ignore[arg-type]
+    return values

@@ -11,18 +11,49 @@ with `exclude_unset`, so a field is present exactly when the contract says so.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
+from mcp_listen import languages
 from mcp_listen.errors import InvalidArgument
 
 SAMPLE_RATE = 16000
 CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
+"""stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
+MIN_DURATION_MS, MAX_DURATION_MS = 100, 30000
+MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10000
+CAPTURE_DURATION_MS = 5000
+"""Default length of a fixed recording (and of a voice tool's with stop_on_silence: false)."""
+LISTEN_DURATION_MS = 15000
+"""Default ceiling of a voice tool's recording while it stops on silence."""
+DEFAULT_SILENCE_MS = 1000
 DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
+DEFAULT_LANGUAGE = "en"
 DEFAULT_LLM_MODEL = "llama3.2"
 DEFAULT_PROMPT = "You are a helpful assistant."
+MAX_PROMPT_CHARS = 100_000
+"""System prompts up to this length are accepted (the Node edition's users pass 32,000+)."""
+MAX_WHISPER_MODEL_CHARS = 1024
+MAX_LLM_MODEL_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The effective defaults of the optional arguments: the contract's, or the user's
+    (MCP_LISTEN_* in the client config). Tool descriptions and schemas state these values."""
+
+    whisper_model: str = DEFAULT_WHISPER_MODEL
+    language: str = DEFAULT_LANGUAGE
+    model: str = DEFAULT_LLM_MODEL
+    prompt: str = DEFAULT_PROMPT
+    silence_ms: int = DEFAULT_SILENCE_MS
+
+    def words(self) -> dict[str, Any]:
+        """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
+        return {**_CONSTANTS, **asdict(self)}
 
 
 def _integral_float_to_int(value: Any) -> Any:
@@ -32,6 +63,15 @@ def _integral_float_to_int(value: Any) -> Any:
     return value
 
 
+def _empty_is_default(value: Any) -> Any:
+    """`""` (what a form or the Node edition's callers send for "nothing") means the default."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def _language(value: str) -> str:
+    return languages.normalize(value)
 
 
 def _whole(low: int, high: int | None = None) -> Any:
@@ -39,19 +79,43 @@ def _whole(low: int, high: int | None = None) -> Any:
     return Annotated[int, Field(strict=True, ge=low, le=high), BeforeValidator(_integral_float_to_int)]
 
 
-DurationMs = _whole(100, 30000)
-SilenceMs = _whole(100, 10000)
+def _text(max_length: int) -> Any:
+    """An optional string of 1..max_length characters, where an empty string means the default."""
+    return Annotated[
+        Optional[Annotated[StrictStr, Field(min_length=1, max_length=max_length)]], BeforeValidator(_empty_is_default)
+    ]
+
+
+DurationMs = _whole(MIN_DURATION_MS, MAX_DURATION_MS)
+SilenceMs = _whole(MIN_SILENCE_MS, MAX_SILENCE_MS)
 DeviceRef = Union[_whole(0), Annotated[StrictStr, Field(min_length=1, max_length=512)]]
+Language = Annotated[
+    Optional[Annotated[StrictStr, Field(min_length=1, max_length=32), AfterValidator(_language)]],
+    BeforeValidator(_empty_is_default),
+]
 
 ACCEPTED = {
-    "duration_ms": "an integer from 100 to 30000 (milliseconds)",
-    "silence_ms": "an integer from 100 to 10000 (milliseconds)",
-    "device": "a non-negative integer index or a non-empty string id from list_audio_devices",
+    "duration_ms": f"an integer from {MIN_DURATION_MS} to {MAX_DURATION_MS} (milliseconds)",
+    "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
+    "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
     "stop_on_silence": "a boolean",
-    "whisper_model": "a model file name, a model name such as base.en, or a path (1 to 1024 characters)",
-    "language": "a language code such as en, de or auto (2 to 16 letters)",
-    "model": "an Ollama model name (1 to 200 characters)",
-    "prompt": "a system prompt of at most 8000 characters",
+    "translate": "a boolean",
+    "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
+    "characters; empty means the default)",
+    "language": languages.ACCEPTED,
+    "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters; empty means the default)",
+    "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
+}
+
+_CONSTANTS = {
+    "min_duration_ms": MIN_DURATION_MS,
+    "max_duration_ms": MAX_DURATION_MS,
+    "min_silence_ms": MIN_SILENCE_MS,
+    "max_silence_ms": MAX_SILENCE_MS,
+    "capture_duration_ms": CAPTURE_DURATION_MS,
+    "listen_duration_ms": LISTEN_DURATION_MS,
+    "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
+    "max_prompt_chars": MAX_PROMPT_CHARS,
 }
 
 
@@ -65,13 +129,13 @@ def _duration(description: str) -> Any:
 
 _DEVICE = Field(
     default=None,
-    description="Device to record from: the stable `id` string from list_audio_devices (preferred) "
-    "or its integer `index`. Default: the system default input.",
+    description="Device to record from: the stable `id` string from list_audio_devices (preferred), its "
+    "integer `index`, or its name (or a unique part of it). Default: the system default input.",
 )
 _SILENCE = Field(
     default=None,
-    description="Continuous silence in ms that ends a stop_on_silence recording (100-10000, default 1000). "
-    "Requires stop_on_silence: true.",
+    description="Continuous silence in ms that ends a stop_on_silence recording ({min_silence_ms}-{max_silence_ms}, "
+    "default {silence_ms}). Requires stop_on_silence: true.",
 )
 
 
@@ -81,8 +145,8 @@ class ListDevicesArgs(_Args):
 
 class CaptureArgs(_Args):
     duration_ms: Optional[DurationMs] = _duration(
-        "Recording length in ms (100-30000, default 5000). A maximum, not an exact length, "
-        "when stop_on_silence is true."
+        "Recording length in ms ({min_duration_ms}-{max_duration_ms}, default {capture_duration_ms}). "
+        "A maximum, not an exact length, when stop_on_silence is true."
     )
     device: Optional[DeviceRef] = _DEVICE
     stop_on_silence: Optional[StrictBool] = Field(
@@ -94,7 +158,8 @@ class CaptureArgs(_Args):
 
 class TranscribeArgs(_Args):
     duration_ms: Optional[DurationMs] = _duration(
-        "Maximum recording length in ms (100-30000). Default 15000 while stopping on silence, 5000 otherwise."
+        "Maximum recording length in ms ({min_duration_ms}-{max_duration_ms}). Default {listen_duration_ms} "
+        "while stopping on silence, {capture_duration_ms} otherwise."
     )
     device: Optional[DeviceRef] = _DEVICE
     stop_on_silence: Optional[StrictBool] = Field(
@@ -102,21 +167,26 @@ class TranscribeArgs(_Args):
         description="Stop when the speaker stops talking (default true). Pass false to record exactly duration_ms.",
     )
     silence_ms: Optional[SilenceMs] = _SILENCE
-    whisper_model: Optional[Annotated[StrictStr, Field(min_length=1, max_length=1024)]] = Field(
+    whisper_model: _text(MAX_WHISPER_MODEL_CHARS) = Field(
         default=None,
-        description=f"Whisper GGML model: file name, name such as base.en, or path. Default {DEFAULT_WHISPER_MODEL}.",
+        description="Whisper GGML model: file name, name such as base.en, or path. Default {whisper_model}.",
     )
-    language: Optional[Annotated[StrictStr, Field(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z]{2,4})?$|^auto$")]] = Field(
-        default=None, description="Spoken language code (default en); auto detects it."
+    language: Language = Field(
+        default=None,
+        description="Spoken language: a code (en, pt, de, ...) or name (english, portuguese); auto detects it "
+        "(the result's `language` says which was heard). Default {language}.",
+    )
+    translate: Optional[StrictBool] = Field(
+        default=None,
+        description="Return English text whatever language was spoken (whisper's translate task; needs a "
+        "multilingual model). Default false.",
     )
 
 
 class VoiceQueryArgs(TranscribeArgs):
-    model: Optional[Annotated[StrictStr, Field(min_length=1, max_length=200)]] = Field(
-        default=None, description=f"Ollama model name. Default {DEFAULT_LLM_MODEL}."
-    )
-    prompt: Optional[Annotated[StrictStr, Field(max_length=8000)]] = Field(
-        default=None, description=f'System prompt for the model. Default "{DEFAULT_PROMPT}"'
+    model: _text(MAX_LLM_MODEL_CHARS) = Field(default=None, description="Ollama model name. Default {model}.")
+    prompt: Optional[Annotated[StrictStr, Field(max_length=MAX_PROMPT_CHARS)]] = Field(
+        default=None, description='System prompt for the model (up to {max_prompt_chars} characters). Default "{prompt}"'
     )
 
 
@@ -233,11 +303,20 @@ def _show(value: Any) -> str:
     return f"{text} ({names.get(kind, kind)})"
 
 
-def input_schema(model: type[_Args]) -> dict[str, Any]:
+def input_schema(model: type[_Args], defaults: Defaults = Defaults()) -> dict[str, Any]:
+    """The tool's inputSchema, its descriptions and `default`s stating the effective defaults."""
     schema = model.model_json_schema()
     schema.pop("title", None)
     schema.pop("description", None)
     schema["additionalProperties"] = False
+    words = defaults.words()
+    for name, prop in schema.get("properties", {}).items():
+        if "description" in prop:
+            prop["description"] = prop["description"].format_map(words)
+        if name in ("whisper_model", "language", "model", "prompt", "silence_ms"):
+            prop["default"] = words[name]
+        else:
+            prop.pop("default", None)
     return schema
 
 

@@ -134,11 +134,57 @@ def resolve(device: int | str | None, *, rescan: bool = False) -> InputDevice:
             "(an id from list_audio_devices) or set a default microphone in the system's sound settings.",
             code="no_default_device",
         )
-    for candidate in inputs:
-        if candidate.index == device if isinstance(device, int) else candidate.id == device:
-            return candidate
-    kind = "index" if isinstance(device, int) else "id"
-    raise DeviceNotFound(
-        f"No input device with {kind} {device!r}. Call list_audio_devices for the current ids "
-        "(ids are stable; indexes change when devices are added or removed)."
+    if isinstance(device, int):
+        for candidate in inputs:
+            if candidate.index == device:
+                return candidate
+        raise DeviceNotFound(
+            f"No input device with index {device}. Call list_audio_devices for the current ids "
+            "(ids are stable; indexes change when devices are added or removed)."
+        )
+    return _by_name(inputs, device)
+
+
+CPAL_HOSTS = {
+    "alsa": "alsa",
+    "coreaudio": "core audio",
+    "wasapi": "windows wasapi",
+    "asio": "asio",
+    "jack": "jack audio connection kit",
+}
+"""The Node edition's ids start with cpal's host name; PortAudio names the same host APIs so."""
+
+
+def _by_name(inputs: list[InputDevice], wanted: str) -> InputDevice:
+    """A string device: our id, a Node-edition id (`alsa:vmic`, host API matched case-insensitively),
+    the device's name, or a part of its name or id that only one device has."""
+    text = wanted.strip().casefold()
+    rules = (
+        lambda d: d.id == wanted,
+        lambda d: d.id.casefold() == text or _node_id_matches(d, text),
+        lambda d: d.name.casefold() == text,
+        lambda d: text in d.name.casefold() or text in d.id.casefold(),
     )
+    for rule in rules:
+        found = [d for d in inputs if rule(d)]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            ids = ", ".join(repr(d.id) for d in found[:6])
+            raise DeviceNotFound(
+                f"Device {wanted!r} matches {len(found)} input devices ({ids}). Pass one of these ids.",
+                code="device_ambiguous",
+            )
+    raise DeviceNotFound(
+        f"No input device matches {wanted!r} (by id, name or part of a name). Call list_audio_devices "
+        "for the current ids (ids are stable; indexes change when devices are added or removed)."
+    )
+
+
+def _node_id_matches(device: InputDevice, text: str) -> bool:
+    """`alsa:vmic` (cpal host name, device name) against `ALSA:vmic` (PortAudio host API name)."""
+    host, sep, name = text.partition(":")
+    if not sep:
+        return False
+    api, _, own_name = device.id.casefold().partition(":")
+    return CPAL_HOSTS.get(host, host) == api and name == own_name.split("#", 1)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.config import Settings
-from mcp_listen.contracts import DEFAULT_LLM_MODEL, DEFAULT_WHISPER_MODEL, SAMPLE_RATE
-from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, TranscriptionError
+from mcp_listen.contracts import SAMPLE_RATE
+from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, TranscriptionError, command
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,10 +34,10 @@ PROBE_MS = 300
 OLLAMA_TIMEOUT_S = 3.0
 
 NEEDS: dict[str, tuple[str, ...]] = {
-    "list_audio_devices": ("portaudio",),
-    "capture_audio": ("portaudio", "microphone", "audio"),
-    "transcribe_voice": ("portaudio", "microphone", "audio", "vad", "whisper_model"),
-    "voice_query": ("portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model"),
+    "list_audio_devices": ("config", "portaudio"),
+    "capture_audio": ("config", "portaudio", "microphone", "audio"),
+    "transcribe_voice": ("config", "portaudio", "microphone", "audio", "vad", "whisper_model"),
+    "voice_query": ("config", "portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model"),
 }
 """Which checks each tool depends on (with its default arguments); warnings do not block."""
 
@@ -67,7 +68,7 @@ def run(
     model: str | None = None,
 ) -> dict[str, Any]:
     """Run every check and return the report: checks in order, tool readiness, overall `ok`."""
-    checks: list[Check] = []
+    checks: list[Check] = [check_config(settings)]
     portaudio = check_portaudio()
     checks.append(portaudio)
     chosen = None
@@ -91,6 +92,20 @@ def report(checks: list[Check]) -> dict[str, Any]:
 
 def _skipped(check_id: str, title: str, why: str) -> Check:
     return Check(check_id, title, SKIP, f"not checked: {why}")
+
+
+def check_config(settings: Settings) -> Check:
+    """The environment is valid; the detail states the defaults the tools will use."""
+    d = settings.defaults
+    data = {"defaults": asdict(d), "problems": list(settings.problems)}
+    detail = (
+        f"whisper model {d.whisper_model}, language {d.language}, Ollama model {d.model}, "
+        f"silence {d.silence_ms} ms, system prompt of {len(d.prompt)} characters"
+    )
+    if settings.problems:
+        remedy = "Fix the variable in the MCP client's config (the server's env), then restart the server."
+        return Check("config", "Configuration", FAIL, " ".join(settings.problems), remedy, data)
+    return Check("config", "Configuration", OK, detail, data=data)
 
 
 # ---------------------------------------------------------------------- audio
@@ -132,9 +147,9 @@ def check_microphone(device: int | str | None) -> tuple[Check, InputDevice | Non
         chosen = devices.resolve(device)
     except DeviceNotFound as exc:
         remedy = (
-            "Set a default input in the system's sound settings, or pass device (an id from: mcp-listen devices)."
+            f"Set a default input in the system's sound settings, or pass device (an id from: {command('devices')})."
             if device is None
-            else "Use an id from: mcp-listen devices"
+            else f"Use an id from: {command('devices')}"
         )
         return Check("microphone", title, FAIL, f"{_count(inputs)}, but: {exc.message}", remedy, listed), None
     which = "default" if device is None else "selected"
@@ -208,7 +223,7 @@ def check_whisper_model(settings: Settings, name: str | None) -> Check:
     """The model transcribe_voice and voice_query would load: found, and a whole whisper.cpp file."""
     from mcp_listen.transcriber import resolve_model, validate_model_file
 
-    wanted = name or DEFAULT_WHISPER_MODEL
+    wanted = name or settings.defaults.whisper_model
     title = "Whisper model"
     dirs = [str(d) for d in settings.model_search_dirs]
     try:
@@ -234,9 +249,9 @@ def _whisper_remedy(settings: Settings, wanted: str, code: str) -> str:
 
     short = short_model_name(wanted)
     if short in model_store.STANDARD_MODELS:
-        remedy = f"mcp-listen models pull {short}"
+        remedy = command("models", "pull", short)
     else:
-        remedy = f"put ggml-{short}.bin into {settings.model_search_dirs[0]}, or: mcp-listen models pull base.en"
+        remedy = f"put ggml-{short}.bin into {settings.model_search_dirs[0]}, or: {command('models', 'pull', 'base.en')}"
     if code == "model_invalid":
         remedy = f"the file is damaged or not a whisper.cpp model; replace it: {remedy}"
     others = [m.name for m in model_store.list_models(settings) if m.name != short]
@@ -249,7 +264,7 @@ def check_ollama(settings: Settings, model: str | None) -> list[Check]:
     """Two checks: the daemon answers at the configured host, and the model is pulled."""
     from mcp_listen import llm
 
-    wanted = model or DEFAULT_LLM_MODEL
+    wanted = model or settings.defaults.model
     host = settings.ollama_host
     probe = llm.probe(host, wanted, timeout_s=OLLAMA_TIMEOUT_S)
     data = {"host": host, "version": probe["version"]}
@@ -269,7 +284,7 @@ def check_ollama(settings: Settings, model: str | None) -> list[Check]:
         return [daemon, Check("ollama_model", "Ollama model", OK, f"{wanted} is pulled", data=model_data)]
     if probe["model_available"] is False:
         detail = f"{wanted} is not pulled."
-        return [daemon, Check("ollama_model", "Ollama model", FAIL, detail, f"ollama pull {wanted}", model_data)]
+        return [daemon, Check("ollama_model", "Ollama model", FAIL, detail, f"ollama pull {shlex.quote(wanted)}", model_data)]
     detail = probe["error"] or "Ollama did not list its models."
     return [daemon, Check("ollama_model", "Ollama model", FAIL, detail, "Check the Ollama server log, then retry.", model_data)]
 

@@ -8,6 +8,13 @@ process exit code the CLI uses for it (sysexits.h values).
 
 from __future__ import annotations
 
+import functools
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_USAGE = 64
 EXIT_UNAVAILABLE = 69
@@ -113,3 +120,27 @@ class Cancelled(ListenError):
 
     code = "cancelled"
     exit_code = EXIT_INTERRUPTED
+
+
+def command(*words: str) -> str:
+    """A remedy's command line, in the form the user can run: `mcp-listen models pull base.en`
+    after an install, `pipx run mcp-listen ...` / `uvx mcp-listen ...` when the client starts the
+    server that way (there is no `mcp-listen` on PATH then), else this interpreter's full path.
+    Each word is shell-quoted: a model name can be caller input."""
+    return f"{_self_command()} {shlex.join(words)}"
+
+
+@functools.lru_cache(maxsize=1)
+def _self_command() -> str:
+    prefix = Path(sys.prefix).as_posix()
+    if "/pipx/.cache/" in prefix or "/pipx/cache/" in prefix:
+        return "pipx run mcp-listen"
+    if "/uv/archive-v" in prefix or "/uv/environments-v" in prefix or "/uv/builds-v" in prefix:
+        return "uvx mcp-listen"
+    script = Path(sys.prefix) / ("Scripts/mcp-listen.exe" if os.name == "nt" else "bin/mcp-listen")
+    on_path = shutil.which("mcp-listen")
+    if on_path and script.exists() and Path(on_path).resolve() == script.resolve():
+        return "mcp-listen"
+    if script.exists():
+        return str(script)
+    return f"{sys.executable} -m mcp_listen"

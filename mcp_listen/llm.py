@@ -182,7 +182,7 @@ def _map_error(exc: BaseException, host: str, model: str, timeout_s: float) -> L
 def _response_error(exc: Any, model: str) -> LLMError:
     status = exc.status_code
     if status == 404:
-        return LLMError(f'Model "{model}" not found. Pull it with: ollama pull {model}', code="model_not_pulled")
+        return _model_missing(model)
     detail = str(exc.error).strip()[:500]
     where = f"HTTP {status}" if status and status > 0 else "an error in its reply stream"
     return LLMError(f"Ollama answered with {where}: {detail}", code="http_error")
@@ -224,3 +224,51 @@ def _has_model(models: list[dict[str, Any]], wanted: str) -> bool:
 
     names = {canon(str(m.get("name") or m.get("model") or "")) for m in models}
     return canon(wanted) in names
+
+
+PREFLIGHT_TIMEOUT_S = 0.3
+"""voice_query checks Ollama before the microphone opens; a user waits this long at most for it."""
+PREFLIGHT_CACHE_S = 30.0
+"""A positive check is trusted this long: back-to-back questions do not each pay for it."""
+
+_ready: dict[tuple[str, str], float] = {}
+
+
+def preflight(host: str, model: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """Raise the LLMError `ask` would raise if Ollama is down or lacks `model`, before anyone speaks.
+
+    One GET /api/tags, bounded by `timeout_s`. A daemon that is merely slow to answer is not
+    refused here (the question itself has its own deadline, and the transcript survives it);
+    only a refused connection, a redirect or a missing model is.
+    """
+    import httpx
+
+    base = _base_url(host)
+    if time.monotonic() - _ready.get((base, model), -PREFLIGHT_CACHE_S) < PREFLIGHT_CACHE_S:
+        return
+    try:
+        with httpx.Client(base_url=base, timeout=timeout_s, trust_env=False, follow_redirects=False) as client:
+            response = client.get("/api/tags")
+    except (httpx.ConnectError, httpx.ConnectTimeout, ConnectionError) as exc:
+        raise _map_error(exc, base, model, timeout_s) from None
+    except httpx.HTTPError as exc:
+        log.debug("Ollama pre-check inconclusive: %s", type(exc).__name__)
+        return
+    _check_tags(response, base, model)
+    _ready[(base, model)] = time.monotonic()
+
+
+def _check_tags(response: Any, base: str, model: str) -> None:
+    if response.is_redirect or not response.is_success:
+        log.debug("Ollama pre-check answered HTTP %s", response.status_code)
+        return  # not an Ollama we can judge: let the question itself report what happens
+    try:
+        models = response.json().get("models") or []
+    except (ValueError, AttributeError):
+        return
+    if not _has_model(models, model):
+        raise _model_missing(model)
+
+
+def _model_missing(model: str) -> LLMError:
+    return LLMError(f'Model "{model}" not found. Pull it with: ollama pull {model}', code="model_not_pulled")

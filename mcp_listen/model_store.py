@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from mcp_listen.errors import TranscriptionError
+from mcp_listen.errors import TranscriptionError, command
 
 if TYPE_CHECKING:
     from mcp_listen.config import Settings
@@ -167,7 +167,7 @@ def _download(url: str, partial: Path, name: str, progress: bool) -> str:
     except httpx.HTTPError as exc:
         raise TranscriptionError(
             f"Download of ggml-{name}.bin from {url} failed ({type(exc).__name__}: {exc}). "
-            f"Check the network and retry: mcp-listen models pull {name}",
+            f"Check the network and retry: {command('models', 'pull', name)}",
             code="download_failed",
         ) from None
 
@@ -181,7 +181,7 @@ def _check_status(response: Any, url: str, name: str) -> None:
     if response.status_code != 200:
         raise TranscriptionError(
             f"Download of ggml-{name}.bin failed: HTTP {response.status_code} from {url}. "
-            f"Retry later: mcp-listen models pull {name}",
+            f"Retry later: {command('models', 'pull', name)}",
             code="download_failed",
         )
 
@@ -205,7 +205,7 @@ def _write_body(response: Any, partial: Path, name: str, progress: bool) -> str:
     if total is not None and received != total:
         raise TranscriptionError(
             f"Download of ggml-{name}.bin was cut short ({received} of {total} bytes). "
-            f"Retry: mcp-listen models pull {name}",
+            f"Retry: {command('models', 'pull', name)}",
             code="download_failed",
         )
     return h.hexdigest()
@@ -223,6 +223,6 @@ def _verify(partial: Path, name: str, expected: str | None, digest: str) -> None
     if expected is not None and digest != expected.lower():
         raise TranscriptionError(
             f"ggml-{name}.bin failed its checksum (SHA-1 {digest}, expected {expected}); it was discarded. "
-            f"Retry: mcp-listen models pull {name}",
+            f"Retry: {command('models', 'pull', name)}",
             code="checksum_mismatch",
         )

@@ -10,53 +10,130 @@ left. The transcribe function is injected: this module knows nothing of whisper.
 from __future__ import annotations
 
 import queue
+import re
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-Transcribe = Callable[[Any], str]
+Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]
+"""transcribe(int16 audio, prompt, language, abort) -> (text, language heard); raises on failure."""
+
+
+@dataclass
+class _Job:
+    audio: Any
+    key: tuple[int, int] | None = None
+    """(first sample, end sample) of a speculation: what `finish` compares to adopt it."""
+    speculative: bool = False
+    abort: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    text: str = ""
+    error: BaseException | None = None
 
 
 class PhraseWorker:
-    """Transcribes phrases in order on one background thread; `finish` joins the texts."""
+    """Transcribes phrases in order on one background thread; `finish` joins the texts.
 
-    def __init__(self, transcribe: Transcribe) -> None:
+    Each phrase is conditioned on the text before it (whisper's prompt), so the pieces read
+    as one transcription, and a language asked as `auto` is detected on the first phrase and
+    kept for the rest. `speculate` transcribes what was said so far as soon as the speaker
+    pauses: if the pause turns out to be the end, `finish` adopts that text instead of
+    starting whisper after the stop; if they go on, the guess is dropped (and aborted).
+    """
+
+    def __init__(self, transcribe: Transcribe, language: str) -> None:
         self._transcribe = transcribe
+        self.language = language
+        """The language asked for; once a phrase was heard, the one whisper heard."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._texts: list[str] = []
         self._error: BaseException | None = None
+        self._speculation: _Job | None = None
         self._thread = threading.Thread(target=self._run, name="mcp-listen-phrases", daemon=True)
         self._thread.start()
         self.submitted = 0
 
     def submit(self, audio: Any) -> None:
         """Queue one finished phrase (int16 samples); returns at once."""
+        self.retract()
         self.submitted += 1
-        self._jobs.put(audio)
+        self._jobs.put(_Job(audio))
 
-    def finish(self, last: Any | None) -> str:
-        """Transcribe the last phrase here, wait for the earlier ones, return the whole text."""
+    def speculate(self, audio: Any, key: tuple[int, int]) -> None:
+        """Transcribe `audio` now in case the speaker has finished; replaces any earlier guess."""
+        self.retract()
+        self._speculation = _Job(audio, key, speculative=True)
+        self._jobs.put(self._speculation)
+
+    def retract(self) -> None:
+        """The speaker went on: drop the guess, and stop whisper if it is working on it."""
+        if self._speculation is not None:
+            self._speculation.abort.set()
+            self._speculation = None
+
+    def finish(self, last: Any | None, key: tuple[int, int] | None = None) -> str:
+        """Transcribe the last phrase (or adopt the guess made for it), wait, return the whole text."""
+        guess = self._speculation
+        adopted = guess is not None and key is not None and guess.key == key
+        if not adopted:
+            self.retract()
+            if last is not None and len(last):
+                self._jobs.put(_Job(last))
         self._jobs.put(None)
-        tail = self._transcribe(last) if last is not None and len(last) else ""
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return " ".join(t.strip() for t in [*self._texts, tail] if t and t.strip())
+        if adopted:
+            if guess.error is not None:
+                raise guess.error
+            self._texts.append(guess.text)
+        return join_phrases(self._texts)
 
     def abandon(self) -> None:
         """Stop after the phrase in progress (cancelled call); results are dropped."""
+        self.retract()
         self._jobs.put(None)
 
     def _run(self) -> None:
         while True:
-            audio = self._jobs.get()
-            if audio is None:
+            job = self._jobs.get()
+            if job is None:
                 return
-            if self._error is not None:
-                continue
-            try:
-                self._texts.append(self._transcribe(audio))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in finish(), on the caller's thread
+            if self._error is None and not job.abort.is_set():
+                self._work(job)
+            job.done.set()
+
+    def _work(self, job: _Job) -> None:
+        try:
+            text, heard = self._transcribe(job.audio, join_phrases(self._texts), self.language, job.abort)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in finish(), on the caller's thread
+            if job.speculative:
+                job.error = None if job.abort.is_set() else exc
+            else:
                 self._error = exc
+            return
+        if heard and self.language == "auto":
+            self.language = heard  # detected once: later phrases are not detected again
+        if job.speculative:
+            job.text = text
+        else:
+            self._texts.append(text)
+
+
+_SENTENCE_END = re.compile(r"(?<![.?!])\.$")
+
+
+def join_phrases(texts: list[str]) -> str:
+    """One transcription from phrase texts: whisper ends every piece with a full stop, even one cut
+    mid-sentence; where the next piece goes on in lower case, that full stop was invented."""
+    out = ""
+    for text in (t.strip() for t in texts):
+        if not text:
+            continue
+        if out and text[0].islower():
+            out = _SENTENCE_END.sub("", out)
+        out = f"{out} {text}" if out else text
+    return out
 
 
 class PhraseCutter:

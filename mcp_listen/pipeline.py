@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from mcp_listen import devices, memory, wavfile
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contracts import (
+    CAPTURE_DURATION_MS,
     CHANNELS,
-    DEFAULT_LLM_MODEL,
-    DEFAULT_PROMPT,
-    DEFAULT_WHISPER_MODEL,
+    LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
+    Defaults,
     CaptureArgs,
     CaptureResult,
     StatusResult,
@@ -31,7 +31,7 @@ from mcp_listen.contracts import (
     VoiceQueryArgs,
     VoiceQueryResult,
 )
-from mcp_listen.errors import Cancelled, LLMError
+from mcp_listen.errors import Cancelled, LLMError, TranscriptionError
 from mcp_listen.recorder import WINDOW, Claim, Recorder, Recording
 
 if TYPE_CHECKING:
@@ -67,13 +67,13 @@ class Plan:
         return self.max_ms * SAMPLE_RATE // 1000
 
     @classmethod
-    def from_args(cls, args: CaptureArgs | TranscribeArgs, *, stop_default: bool) -> "Plan":
+    def from_args(cls, args: CaptureArgs | TranscribeArgs, defaults: Defaults, *, stop_default: bool) -> "Plan":
         stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
-        default_ms = 15000 if stop and stop_default else 5000
+        default_ms = LISTEN_DURATION_MS if stop and stop_default else CAPTURE_DURATION_MS
         return cls(
             max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
             stop_on_silence=stop,
-            silence_ms=args.silence_ms if args.silence_ms is not None else 1000,
+            silence_ms=args.silence_ms if args.silence_ms is not None else defaults.silence_ms,
             device=args.device,
         )
 
@@ -93,20 +93,40 @@ class Heard:
     def duration_ms(self) -> int:
         return len(self.recording.samples) * 1000 // SAMPLE_RATE
 
-    def remaining_speech(self) -> "np.ndarray | None":
-        """The audio whisper still has to hear: from the last phrase cut to shortly after the speech.
+    def remaining_key(self) -> tuple[int, int] | None:
+        """(first, end) sample of the audio whisper still has to hear, None when there is none.
 
-        Trailing silence is left out (it only costs time); the WAV itself is never changed.
+        From the last phrase cut to shortly after the speech: trailing silence is left out (it
+        only costs time); the WAV itself is never changed.
         """
-        samples = self.recording.samples
-        end = len(samples)
+        end = len(self.recording.samples)
         if self.speech_end_frame is not None:
             if self.speech_end_frame <= self.phrase_start_frame:
                 return None  # the last word is in a phrase already cut: only silence is left
-            end = min(end, self.speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000)
+            end = min(end, speech_tail_end(self.speech_end_frame))
         if end <= self.phrase_start_frame:
             return None
-        return samples[self.phrase_start_frame : end]
+        return self.phrase_start_frame, end
+
+    def remaining_speech(self) -> "np.ndarray | None":
+        key = self.remaining_key()
+        return None if key is None else self.recording.samples[key[0] : key[1]]
+
+
+def speech_tail_end(speech_end_frame: int) -> int:
+    """Where the audio fed to whisper ends: the last speech window plus the word's tail."""
+    return speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """What a voice tool heard: the recording, the usable text (None: no words), the language."""
+
+    heard: Heard
+    text: str | None
+    plan: Plan
+    language: str
+    """The language code whisper transcribed in (the detected one for `auto`)."""
 
 
 class Engine:
@@ -155,7 +175,7 @@ class Engine:
         out: Path | None = None,
         meter: Callable[[Any, bool], None] | None = None,
     ) -> dict[str, Any]:
-        plan = Plan.from_args(args, stop_default=False)
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
         claim = self.recorder.claim("capture_audio")
         try:
             folder = self._recordings_folder() if out is None else None
@@ -234,15 +254,40 @@ class Engine:
         """Find and check the model before the microphone opens: nobody should speak in vain."""
         from mcp_listen.transcriber import resolve_model, validate_model_file
 
-        path = resolve_model(name or DEFAULT_WHISPER_MODEL, self.settings.model_search_dirs)
+        path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
         validate_model_file(path)
         return path
 
-    def transcribe_samples(self, samples: "np.ndarray", model_path: Path, language: str, cancel: Any = None) -> str:
+    def transcribe_samples(
+        self,
+        samples: "np.ndarray",
+        model_path: Path,
+        language: str,
+        cancel: Any = None,
+        prompt: str = "",
+        translate: bool = False,
+    ) -> Any:
+        """whisper's Words (text, language heard) for int16 samples."""
         from mcp_listen.transcriber import condition
 
         audio = condition(samples)
-        return self.transcriber().transcribe(audio, path=model_path, language=language, cancel=cancel)
+        options = dict(language=language, cancel=cancel, prompt=prompt, translate=translate)
+        return self.transcriber().hear(audio, path=model_path, **options)
+
+    def check_language(self, model_path: Path, language: str, translate: bool) -> None:
+        """An English-only model cannot hear another language, detect one or translate: say so
+        before the microphone opens, naming the multilingual model to use instead."""
+        from mcp_listen.transcriber import english_only_remedy
+
+        if language != "en" or translate:
+            remedy = english_only_remedy(model_path)
+            if remedy:
+                wants = "translation" if translate else ("language detection" if language == "auto" else language)
+                raise TranscriptionError(
+                    f"The whisper model {model_path.name} understands only English, so it cannot do "
+                    f"{wants}. {remedy}",
+                    code="model_english_only",
+                )
 
     def hear_words(
         self,
@@ -251,39 +296,54 @@ class Engine:
         *,
         stop: threading.Event | None = None,
         progress: Progress | None = None,
-    ) -> tuple[Heard, str | None, Plan]:
+        before_recording: Callable[[], None] | None = None,
+    ) -> Spoken:
         """Record and transcribe; the text is None when nobody spoke or no usable words came out.
 
-        Finished phrases are transcribed during the recording (phrases.py), so only the
-        last one is left when the speaker stops; whisper loads once speech is heard.
+        Finished phrases are transcribed during the recording (phrases.py), and what was said
+        so far as soon as the speaker pauses, so little or nothing is left when they stop;
+        whisper loads once speech is heard.
         """
-        from mcp_listen.phrases import PhraseWorker
-        from mcp_listen.transcriber import usable_text
-
-        plan = Plan.from_args(args, stop_default=True)
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
         model_path = self.resolve_whisper_model(args.whisper_model)
-        language = args.language or "en"
-        claim = self.recorder.claim(tool)
-        cancel = _linked(stop, self.shutdown)
-        worker = PhraseWorker(lambda audio: self.transcribe_samples(audio, model_path, language, cancel))
-        preload = lambda: self._preload(model_path)  # noqa: E731
+        language, translate = self.language(args), bool(args.translate)
+        self.check_language(model_path, language, translate)
+        if before_recording is not None:
+            before_recording()
+        worker = self._phrase_worker(model_path, language, translate, _linked(stop, self.shutdown))
         try:
-            heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=preload)
+            claim = self.recorder.claim(tool)
+            try:
+                heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=lambda: self._preload(model_path))
+            finally:
+                self.recorder.release(claim)
         except BaseException:
             worker.abandon()
             raise
-        finally:
-            self.recorder.release(claim)
+        return self._words_of(heard, worker, plan, progress)
+
+    def _phrase_worker(self, model_path: Path, language: str, translate: bool, cancel: Any) -> Any:
+        from mcp_listen.phrases import PhraseWorker
+
+        def transcribe(audio: Any, prompt: str, lang: str, abort: threading.Event) -> tuple[str, str]:
+            words = self.transcribe_samples(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
+            return words.text, words.language
+
+        return PhraseWorker(transcribe, language)
+
+    def _words_of(self, heard: Heard, worker: Any, plan: Plan, progress: Progress | None) -> Spoken:
+        from mcp_listen.transcriber import usable_text
+
         if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
             worker.abandon()
-            return heard, None, plan
+            return Spoken(heard, None, plan, worker.language)
         if progress:
             progress(heard.duration_ms + 1, None, "Transcribing")
         try:
-            raw = worker.finish(heard.remaining_speech())
+            raw = worker.finish(heard.remaining_speech(), heard.remaining_key())
         finally:
             memory.release_in_background()  # whisper's peak is behind us
-        return heard, usable_text(raw), plan
+        return Spoken(heard, usable_text(raw), plan, worker.language)
 
     def _preload(self, model_path: Path) -> None:
         """Load the whisper model in the background while the user is still talking, not after."""
@@ -291,18 +351,23 @@ class Engine:
         threading.Thread(target=_quietly, args=(transcriber.load, model_path), daemon=True).start()
 
     def transcribe_voice(self, args: TranscribeArgs, **kw: Any) -> dict[str, Any]:
-        heard, text, plan = self.hear_words(args, "transcribe_voice", **kw)
+        spoken = self.hear_words(args, "transcribe_voice", **kw)
+        heard, plan = spoken.heard, spoken.plan
         result = TranscribeResult(
-            transcription=text,
+            transcription=spoken.text,
             stopped_by=heard.recording.stopped_by if plan.stop_on_silence else None,
             duration_ms=heard.duration_ms,
-            language=args.language or "en",
+            language=spoken.language,
         )
-        if text is None:
+        if spoken.text is None:
             _explain_silence(result, heard, plan)
         return result.public()
 
     # ------------------------------------------------------------------ voice_query
+
+    def language(self, args: TranscribeArgs) -> str:
+        """The language code whisper is told: the argument's, else the configured default."""
+        return args.language or self.settings.defaults.language
 
     def voice_query(
         self,
@@ -311,17 +376,29 @@ class Engine:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
     ) -> dict[str, Any]:
-        threading.Thread(target=_quietly, args=(_import_llm_client,), daemon=True).start()
-        heard, text, plan = self.hear_words(args, "voice_query", stop=stop, progress=progress)
+        """Record, transcribe, ask Ollama. Ollama and the model are checked before the microphone
+        opens, and a failure after transcription still returns the transcript: the user never has
+        to say it all again because of a dependency."""
+        model = args.model or self.settings.defaults.model
+        preflight = lambda: self.check_llm(model)  # noqa: E731
+        spoken = self.hear_words(args, "voice_query", stop=stop, progress=progress, before_recording=preflight)
+        text = spoken.text
         if text is None:
             result = VoiceQueryResult(transcription=None, response=None)
-            _explain_silence(result, heard, plan)
+            _explain_silence(result, spoken.heard, spoken.plan)
             return result.public()
-        model = args.model or DEFAULT_LLM_MODEL
         if progress:
-            progress(heard.duration_ms + 2, None, f"Asking {model}")
-        response = self.ask(text, model, args.prompt or DEFAULT_PROMPT, _linked(stop, self.shutdown))
+            progress(spoken.heard.duration_ms + 2, None, f"Asking {model}")
+        prompt = args.prompt or self.settings.defaults.prompt
+        response = self.ask(text, model, prompt, _linked(stop, self.shutdown))
         return VoiceQueryResult(transcription=text, response=response, model=model).public()
+
+    def check_llm(self, model: str) -> None:
+        """Fail before recording when Ollama is down or lacks `model` (bounded, cached briefly)."""
+        from mcp_listen import llm
+
+        threading.Thread(target=_quietly, args=(_import_llm_client,), daemon=True).start()
+        llm.preflight(self.settings.ollama_host, model)
 
     def ask(self, text: str, model: str, prompt: str, stop: threading.Event | None) -> str:
         from mcp_listen import llm
@@ -335,9 +412,8 @@ class Engine:
                 timeout_s=self.settings.ollama_timeout_s,
                 cancel=stop,
             )
-        except LLMError as exc:
-            if exc.code == "empty_response":
-                exc.extra.update(transcription=text, response=None)
+        except LLMError as exc:  # the Node shape of outcome 5, for every LLM failure: nothing said is lost
+            exc.extra.update(transcription=text, response=None, model=model, message=exc.message)
             raise
 
 
@@ -414,6 +490,7 @@ class _Tracker:
         self.speech_end_frame: int | None = None
         self.phrase_start_frame = 0
         self._kept: list[Any] = []
+        self._speculated: tuple[int, int] | None = None
         self._cutter: Any = None
         if phrases is not None:
             from mcp_listen.phrases import PhraseCutter
@@ -482,15 +559,37 @@ class _Tracker:
             self.speech_end_frame = (last + 1) * WINDOW
 
     def _keep(self, window: "np.ndarray", probability: float) -> None:
-        """Keep the audio for phrase cuts; hand each finished phrase to the worker."""
+        """Keep the audio for phrase cuts; hand each finished phrase to the worker, and what
+        was said since the last cut as soon as the speaker pauses (it may be the end)."""
         self._kept.append(window.copy())
         cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability)
         if cut is not None:
-            import numpy as np
-
             start, end = cut
-            self.phrases.submit(np.concatenate(self._kept[start:end]))
+            self.phrases.submit(self._audio(start * WINDOW, end * WINDOW))
             self.phrase_start_frame = end * WINDOW
+        self._speculate()
+
+    def _speculate(self) -> None:
+        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end.
+
+        The key is the span `Heard.remaining_key` will give if the stop comes before more speech;
+        speech that resumes moves the span, and the next pause replaces the guess.
+        """
+        end = self.speech_end_frame
+        if end is None or self.endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
+            return
+        key = (self.phrase_start_frame, speech_tail_end(end))
+        if key != self._speculated and len(self._kept) * WINDOW >= key[1]:
+            self._speculated = key
+            self.phrases.speculate(self._audio(*key), key)
+
+    def _audio(self, first: int, end: int) -> "np.ndarray":
+        """Samples [first, end) of the recording so far, from the kept windows."""
+        import numpy as np
+
+        windows = self._kept[first // WINDOW : -(-end // WINDOW)]
+        offset = first - (first // WINDOW) * WINDOW
+        return np.concatenate(windows)[offset : offset + end - first]
 
     def finished(self, recording: Recording) -> None:
         if self.progress:

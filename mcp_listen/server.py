@@ -49,12 +49,13 @@ class ToolSpec:
     run: Callable[[Engine, Any, "Call"], Awaitable[Any]]
     text: Callable[[dict[str, Any]], Any] = lambda payload: payload
 
-    def as_tool(self) -> types.Tool:
+    def as_tool(self, defaults: contracts.Defaults) -> types.Tool:
+        """The listed tool; its description and schema state the effective defaults."""
         return types.Tool(
             name=self.name,
             title=self.title,
-            description=self.description,
-            input_schema=contracts.input_schema(self.args),
+            description=self.description.format_map(defaults.words()),
+            input_schema=contracts.input_schema(self.args, defaults),
             output_schema=contracts.output_schema(self.result),
             annotations=self.annotations,
         )
@@ -140,7 +141,8 @@ TOOLS = [
         title="Record audio to a WAV file",
         description=(
             "Record from the microphone and save a 16 kHz mono 16-bit WAV file on this machine; returns its "
-            "`path`, `duration_ms` and `size_bytes`. Records exactly duration_ms (default 5000, max 30000), or "
+            "`path`, `duration_ms` and `size_bytes`. Records exactly duration_ms (default {capture_duration_ms}, max "
+            "{max_duration_ms}), or "
             "with stop_on_silence: true until the speaker stops talking (duration_ms is then a maximum; the "
             "result adds `stopped_by` — silence, ceiling or no_speech_timeout — and `speech_detected`). Tell "
             "the user to speak before calling. For the user's words use transcribe_voice instead."
@@ -155,7 +157,8 @@ TOOLS = [
         title="Hear what the user says",
         description=(
             "Listen to the user and return their words as text, transcribed on this machine with whisper.cpp "
-            "(nothing leaves the machine). First ask the user to speak, then call this: it records until they "
+            "(model {whisper_model}, language {language}; nothing leaves the machine). First ask the user to "
+            "speak, then call this: it records until they "
             "stop talking (or exactly duration_ms with stop_on_silence: false) and returns `transcription`. "
             "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
             "unclear to transcribe; ask the user to repeat. No audio file is kept."
@@ -170,11 +173,12 @@ TOOLS = [
         title="Ask a local model by voice",
         description=(
             "Record the user's spoken question, transcribe it on this machine (whisper.cpp), send it to the "
-            "local Ollama daemon and return `transcription` and the model's `response`. Ask the user to speak "
+            "local Ollama daemon (model {model} unless `model` is given) and return `transcription` and the "
+            "model's `response`. Ask the user to speak "
             "first; recording stops when they stop talking. transcription and response are null when nobody "
             "spoke (`speech_detected: false`) or the speech had no usable words (`speech_detected: true`): ask "
             "the user to repeat. An error result names the failing stage (capture, transcription or llm) and "
-            "what to do. No audio file is kept."
+            "what to do, and keeps the transcription when only the llm stage failed. No audio file is kept."
         ),
         args=contracts.VoiceQueryArgs,
         result=contracts.VoiceQueryResult,
@@ -216,7 +220,7 @@ def error_result(exc: ListenError) -> types.CallToolResult:
 def build_server(engine: Engine) -> Server:
     """The MCP server with its five tools bound to `engine`."""
     specs = {spec.name: spec for spec in TOOLS}
-    listed = types.ListToolsResult(tools=[spec.as_tool() for spec in TOOLS])
+    listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in TOOLS])
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed
@@ -227,6 +231,7 @@ def build_server(engine: Engine) -> Server:
             known = ", ".join(specs)
             return error_result(ListenError(f"Unknown tool '{params.name}'. Tools: {known}.", code="unknown_tool"))
         try:
+            engine.settings.check()  # a misconfigured server still serves, and says what to fix
             args = contracts.parse_args(spec.args, params.arguments)
             payload = await spec.run(engine, args, Call(ctx))
         except ListenError as exc:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from mcp_listen.errors import Cancelled, TranscriptionError
+from mcp_listen.errors import Cancelled, TranscriptionError, command
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,30 +86,80 @@ def _looks_like_path(name: str) -> bool:
 def resolve_model(name: str, search_dirs: list[Path]) -> Path:
     """Turn a model name or path into an existing path; never downloads anything.
 
-    A path (absolute, with a separator, or starting with ~) is used as is. A name is looked up
-    in each folder in order, `base.en` meaning `ggml-base.en.bin`.
+    Looked up as the Node edition does, then more: an absolute or `~` path as is; a relative
+    path under each model folder (WHISPER_MODEL_PATH first), then the working directory; a
+    name (`base.en`, `ggml-base.en.bin`) in each model folder, then the working directory.
     """
     name = name.strip()
-    if _looks_like_path(name):
-        path = Path(name).expanduser()
-        if path.exists():
+    if os.path.isabs(name) or name.startswith("~"):
+        path = _expand(name)
+        if _exists(path):
             return path
         raise TranscriptionError(
             f"Whisper model file {path} does not exist. Check the path, or download a standard model "
-            f"with: mcp-listen models pull {_short_name(path.name) or 'base.en'}",
+            f"with: {command('models', 'pull', _short_name(path.name) or 'base.en')}",
             code="model_not_found",
         )
-    file_name = _file_name(name)
-    dirs = [Path(d).expanduser() for d in search_dirs]
-    for folder in dirs:
-        candidate = folder / file_name
-        if candidate.exists():
+    dirs = [_expand(str(d)) for d in search_dirs]
+    relative = name if _looks_like_path(name) else _file_name(name)
+    for folder in [*dirs, Path.cwd()]:
+        candidate = folder / relative
+        if _exists(candidate):
             return candidate
-    where = ", ".join(str(d) for d in dirs) or "(no model folder configured)"
+        if candidate.name != name and _exists(folder / name):
+            return folder / name  # a bare file name as given (`my-model.bin` in the working directory)
+    where = ", ".join(str(d) for d in [*dirs, "the working directory"])
     raise TranscriptionError(
-        f'Whisper model "{name}" not found: looked for {file_name} in {where}. '
-        f"Download it with: mcp-listen models pull {_short_name(file_name)}",
+        f'Whisper model "{name}" not found: looked for {relative} in {where}. '
+        f"Download it with: {command('models', 'pull', _short_name(Path(relative).name))}",
         code="model_not_found",
+    )
+
+
+def _expand(name: str) -> Path:
+    """`~/x` and `~user/x`; a user that does not exist is a named error, not a crash."""
+    try:
+        return Path(name).expanduser()
+    except RuntimeError:
+        user = name[1:].split("/", 1)[0].split(os.sep, 1)[0]
+        raise TranscriptionError(
+            f'Whisper model path {name!r} names the home folder of "{user}", but there is no such user. '
+            "Give an absolute path or a path under your own home (~/...).",
+            code="model_not_found",
+        ) from None
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; a folder we may not look into is a named error, not internal_error."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        raise TranscriptionError(
+            f"Cannot look for the whisper model at {path}: {exc.strerror or type(exc).__name__}. "
+            "Check the folder's permissions, or put the model where this user can read it.",
+            code="model_unreadable",
+        ) from None
+
+
+ENGLISH_ONLY_VOCAB = 51864
+"""Tokens of an English-only whisper model (`*.en`); multilingual ones have more."""
+
+
+def english_only_remedy(path: Path) -> str | None:
+    """None for a multilingual model; for an English-only one, what to use instead.
+
+    Read from the GGML header (n_vocab follows the magic), not the name: a renamed file counts.
+    Call after `validate_model_file`.
+    """
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8 or struct.unpack("<i", head[4:8])[0] > ENGLISH_ONLY_VOCAB:
+        return None
+    short = _short_name(path.name)
+    multilingual = short[:-3] if short.endswith(".en") else "base"
+    return (
+        f'Use a multilingual model: {command("models", "pull", multilingual)}, then pass '
+        f'whisper_model: "{multilingual}" (or set MCP_LISTEN_WHISPER_MODEL={multilingual}).'
     )
 
 
@@ -151,7 +201,7 @@ def validate_model_file(path: Path) -> None:
     except FileNotFoundError:
         raise TranscriptionError(
             f"Whisper model file {path} does not exist. Download it with: "
-            f"mcp-listen models pull {_short_name(path.name)}",
+            f"{command('models', 'pull', _short_name(path.name))}",
             code="model_not_found",
         ) from None
     except OSError as exc:
@@ -178,7 +228,7 @@ def validate_model_file(path: Path) -> None:
 
 
 def _invalid_message(path: Path, why: str) -> str:
-    pull = f"mcp-listen models pull {_short_name(path.name)}"
+    pull = command("models", "pull", _short_name(path.name))
     if why.startswith("truncated"):
         return f"Whisper model {path} is {why}: re-download it with: {pull}"
     return f"{path} is not a usable whisper model: {why}. Replace it, or download one with: {pull}"
@@ -491,11 +541,25 @@ class Transcriber:
         with self._lock:
             self._model, self._key, self._path = None, None, None
 
-    def transcribe(self, audio_float32: Any, *, path: Path, language: str = "en", cancel: Any = None) -> str:
-        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio).
+    def transcribe(self, audio_float32: Any, *, path: Path, **options: Any) -> str:
+        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio)."""
+        return self.hear(audio_float32, path=path, **options).text
 
-        `cancel` (anything with is_set()) aborts whisper.cpp between encoder/decoder steps and
-        raises Cancelled: a cancelled tool call does not keep the CPU busy.
+    def hear(
+        self,
+        audio_float32: Any,
+        *,
+        path: Path,
+        language: str = "en",
+        cancel: Any = None,
+        prompt: str = "",
+        translate: bool = False,
+    ) -> Words:
+        """The text and the language whisper heard (`auto` is resolved to the detected code).
+
+        `prompt` is the text said just before (whisper continues it instead of starting a new
+        sentence); `translate` asks for English whatever was spoken. `cancel` (anything with
+        is_set()) aborts whisper.cpp between encoder/decoder steps and raises Cancelled.
         """
         import numpy as np
 
@@ -503,21 +567,22 @@ class Transcriber:
         with self._lock:
             self.load(path)
             if audio.size < MIN_SAMPLES:  # whisper.cpp would keep the previous call's segments
-                return ""
-            text = self._run(_pad_to_whisper_minimum(audio), language, cancel)
+                return Words("", language)
+            words = self._run(_pad_to_whisper_minimum(audio), language, cancel, prompt, translate)
         if cancel is not None and cancel.is_set():
             raise Cancelled("The transcription was cancelled.")
-        return text
+        return words
 
-    def _run(self, audio: np.ndarray, language: str, cancel: Any = None) -> str:
+    def _run(self, audio: np.ndarray, language: str, cancel: Any, prompt: str, translate: bool) -> Words:
         import _pywhispercpp as pw
 
         lang = _language(pw, language, self._multilingual)
         params = dict(
             language=lang,
-            translate=False,
+            translate=translate and self._multilingual,
             detect_language=False,  # True would only detect and return no text
             no_context=True,
+            initial_prompt=prompt[-PROMPT_CHARS:],
             single_segment=False,
             print_progress=False,
             print_realtime=False,
@@ -540,7 +605,22 @@ class Transcriber:
         failed = _failures(lines)
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
-        return " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
+        heard = self._model.language() if lang == "auto" else lang
+        return Words(" ".join(_drop_repeats([text.strip() for text in segments if text.strip()])), heard)
+
+
+@dataclass(frozen=True)
+class Words:
+    """What whisper made of some audio."""
+
+    text: str
+    language: str
+    """The code whisper transcribed in: the detected one when it was asked for `auto`."""
+
+
+PROMPT_CHARS = 600
+"""Text carried into the next phrase's prompt: whisper keeps at most 224 prompt tokens (~900
+characters of English); the last sentence or two is what decides how the next one begins."""
 
 
 def max_tokens_for(n_samples: int) -> int:
@@ -626,7 +706,7 @@ def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
     if failed:
         raise TranscriptionError(
             f"Cannot load whisper model {path.name}: {failed[0]}. Re-download it with: "
-            f"mcp-listen models pull {_short_name(path.name)}",
+            f"{command('models', 'pull', _short_name(path.name))}",
             code="model_load_failed",
         )
     log.info("whisper model %s loaded (%d threads)", path.name, threads)
@@ -656,6 +736,10 @@ class _Whisper:
             raise RuntimeError(f"whisper_full returned {status}")
         count = pw.whisper_full_n_segments(self.ctx)
         return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
+
+    def language(self) -> str:
+        """The language code the last run detected (asked for `auto`)."""
+        return self._pw.whisper_lang_str(self._pw.whisper_full_lang_id(self.ctx))
 
     def __del__(self) -> None:
         ctx, self.ctx = getattr(self, "ctx", None), None

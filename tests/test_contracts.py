@@ -22,7 +22,8 @@ VALID = [
     (CaptureArgs, {"stop_on_silence": True, "silence_ms": 10000}),
     (VoiceQueryArgs, {"silence_ms": 500}),
     (VoiceQueryArgs, {"language": "auto", "model": "qwen2.5:0.5b", "prompt": ""}),
-    (VoiceQueryArgs, {"whisper_model": "base.en", "language": "pt-BR"}),
+    (VoiceQueryArgs, {"whisper_model": "base.en", "language": "pt"}),
+    (VoiceQueryArgs, {"prompt": "p" * 32000}),
     (TranscribeArgs, {"stop_on_silence": False, "duration_ms": 2000}),
 ]
 
@@ -46,10 +47,12 @@ INVALID = [
     (CaptureArgs, {"stop_on_silence": True, "silence_ms": 99}, "silence_ms", "100 to 10000", "99"),
     (CaptureArgs, {"stop_on_silence": True, "silence_ms": 10001}, "silence_ms", "100 to 10000", "10001"),
     (VoiceQueryArgs, {"model": "m" * 201}, "model", "1 to 200", "mmm"),
-    (VoiceQueryArgs, {"model": ""}, "model", "1 to 200", "''"),
-    (VoiceQueryArgs, {"prompt": "p" * 8001}, "prompt", "8000", "ppp"),
+    (VoiceQueryArgs, {"prompt": "p" * 100001}, "prompt", "100000", "ppp"),
     (VoiceQueryArgs, {"language": "english!"}, "language", "language code", "'english!'"),
-    (VoiceQueryArgs, {"whisper_model": ""}, "whisper_model", "1 to 1024", "''"),
+    (VoiceQueryArgs, {"whisper_model": "w" * 1025}, "whisper_model", "1 to 1024", "www"),
+    (VoiceQueryArgs, {"language": "klingon"}, "language", "a name such as english", "'klingon'"),
+    (VoiceQueryArgs, {"language": "xx-YY"}, "language", "language code", "'xx-YY'"),
+    (TranscribeArgs, {"language": 7}, "language", "language code", "7 (integer)"),
 ]
 
 
@@ -105,3 +108,28 @@ def test_results_keep_nulls_and_drop_unset_fields():
     result = contracts.VoiceQueryResult(transcription=None, response=None)
     result.speech_detected = False
     assert result.public() == {"transcription": None, "response": None, "speech_detected": False}
+
+
+@pytest.mark.parametrize(
+    "given,code",
+    [("english", "en"), ("Portuguese", "pt"), ("pt-BR", "pt"), ("PT_br", "pt"), ("de", "de"), ("auto", "auto"),
+     ("castilian", "es"), ("zh-Hans", "zh"), ("yue", "yue")],
+)
+def test_language_names_and_region_tags_become_whisper_codes(given, code):
+    """The Node edition passed names such as "portuguese"; whisper takes the code."""
+    assert parse_args(TranscribeArgs, {"language": given}).language == code
+
+
+@pytest.mark.parametrize("field", ["whisper_model", "model", "language"])
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_an_empty_string_means_the_default(field, blank):
+    assert getattr(parse_args(VoiceQueryArgs, {field: blank}), field) is None
+
+
+def test_schemas_state_the_effective_defaults():
+    mine = contracts.Defaults(whisper_model="ggml-small.bin", language="pt", model="qwen3", silence_ms=700)
+    props = contracts.input_schema(VoiceQueryArgs, mine)["properties"]
+    assert props["whisper_model"]["default"] == "ggml-small.bin" and "ggml-small.bin" in props["whisper_model"]["description"]
+    assert props["language"]["default"] == "pt" and props["model"]["default"] == "qwen3"
+    assert props["silence_ms"]["default"] == 700 and "default 700" in props["silence_ms"]["description"]
+    assert "default" not in props["duration_ms"] and "{" not in props["duration_ms"]["description"]

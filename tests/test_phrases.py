@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from mcp_listen.phrases import PhraseCutter, PhraseWorker
+from mcp_listen.phrases import PhraseCutter, PhraseWorker, join_phrases
 
 LOUD, QUIET, SOFT = 0.9, 0.05, 0.4
 
@@ -50,6 +51,11 @@ def test_nothing_is_cut_before_speech_is_confirmed():
     assert feed(cutter, [LOUD] * 20 + [QUIET] * 20, speech_from=100) == []
 
 
+def worker_of(fn, language="en"):
+    """A PhraseWorker around a plain text function: (audio) -> text, language unchanged."""
+    return PhraseWorker(lambda audio, prompt, lang, abort: (fn(audio), lang), language)
+
+
 def test_worker_keeps_order_and_joins_the_last_phrase():
     release = threading.Event()
 
@@ -58,7 +64,7 @@ def test_worker_keeps_order_and_joins_the_last_phrase():
             release.wait(5)
         return audio.upper()
 
-    worker = PhraseWorker(slow_upper)
+    worker = worker_of(slow_upper)
     worker.submit("first")
     worker.submit("second")
     release.set()
@@ -69,13 +75,90 @@ def test_worker_reraises_a_failure_on_the_caller_thread():
     def fail(audio):
         raise RuntimeError(f"cannot transcribe {audio}")
 
-    worker = PhraseWorker(fail)
+    worker = worker_of(fail)
     worker.submit("a")
     with pytest.raises(RuntimeError, match="cannot transcribe"):
         worker.finish(None)
 
 
 def test_empty_texts_are_skipped():
-    worker = PhraseWorker(lambda audio: "  " if audio == "blank" else audio)
+    worker = worker_of(lambda audio: "  " if audio == "blank" else audio)
     worker.submit("blank")
     assert worker.finish("words") == "words"
+
+
+def test_each_phrase_is_conditioned_on_the_text_before_it():
+    prompts = []
+
+    def transcribe(audio, prompt, lang, abort):
+        prompts.append(prompt)
+        return audio, lang
+
+    worker = PhraseWorker(transcribe, "en")
+    worker.submit("And so my fellow Americans.")
+    worker.submit("ask not what your country can do for you.")
+    text = worker.finish("ask what you can do for your country.")
+    assert prompts == ["", "And so my fellow Americans.", "And so my fellow Americans ask not what your country can do for you."]
+    assert text == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country."
+
+
+def test_auto_language_is_detected_once_and_kept():
+    asked = []
+
+    def transcribe(audio, prompt, lang, abort):
+        asked.append(lang)
+        return audio, "pt" if lang == "auto" else lang
+
+    worker = PhraseWorker(transcribe, "auto")
+    worker.submit("um")
+    worker.submit("dois")
+    assert worker.finish("três") == "um dois três"
+    assert asked == ["auto", "pt", "pt"] and worker.language == "pt"
+
+
+def test_a_speculation_that_matches_the_end_is_adopted_without_transcribing_again():
+    calls = []
+
+    def transcribe(audio, prompt, lang, abort):
+        calls.append(audio)
+        return audio.upper(), lang
+
+    worker = PhraseWorker(transcribe, "en")
+    worker.submit("first")
+    worker.speculate("second", (100, 200))
+    time.sleep(0.2)
+    assert worker.finish("second", (100, 200)) == "FIRST SECOND"
+    assert calls == ["first", "second"]
+
+
+def test_a_speculation_overtaken_by_more_speech_is_dropped_and_aborted():
+    started, aborted = threading.Event(), []
+
+    def transcribe(audio, prompt, lang, abort):
+        if audio == "guess":
+            started.set()
+            abort.wait(5)
+            aborted.append(abort.is_set())
+            raise RuntimeError("aborted mid-way")  # what a cancelled whisper run raises
+        return audio, lang
+
+    worker = PhraseWorker(transcribe, "en")
+    worker.speculate("guess", (0, 100))
+    assert started.wait(5)
+    worker.speculate("guess and more", (0, 300))
+    assert worker.finish("the whole phrase", (0, 400)) == "the whole phrase"
+    assert aborted == [True]
+
+
+@pytest.mark.parametrize(
+    "pieces,joined",
+    [
+        (["we desire and crease.", "that thereby beauty's rose"], "we desire and crease that thereby beauty's rose"),
+        (["It rained.", "Then it stopped."], "It rained. Then it stopped."),
+        (["Is it?", "yes"], "Is it? yes"),
+        (["Wait...", "and then"], "Wait... and then"),
+        (["", "  words "], "words"),
+    ],
+)
+def test_phrases_join_without_invented_sentence_breaks(pieces, joined):
+    assert join_phrases(pieces) == joined
