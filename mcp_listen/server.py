@@ -34,7 +34,8 @@ ACTS = types.ToolAnnotations(
 INSTRUCTIONS = (
     "mcp-listen gives you the user's microphone on this machine. Use transcribe_voice to hear what the user "
     "says (ask them to speak first), capture_audio to get a WAV file, voice_query to have a local Ollama model "
-    "answer the spoken question. Only one recording runs at a time; get_status shows it."
+    "answer the spoken question. Only one recording runs at a time; get_status shows it. An error result's "
+    "first text says what went wrong and what to do; its second is JSON whose error.code is stable."
 )
 
 

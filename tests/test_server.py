@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import audio_assets
+from mcp_listen.contracts import MAX_PROMPT_CHARS
 from rpc import LEGACY_VERSIONS, RawServer, error_of, mcp_client, server_env, structured, tool_call
 from vmic import env_no_input_devices, env_without_portaudio
 
@@ -170,7 +171,7 @@ INVALID_CALLS = [
     ("get_status", {"verbose": True}, "verbose"),
     ("voice_query", {"silence_ms": 500, "stop_on_silence": False}, "silence_ms"),
     ("voice_query", {"model": "x" * 201}, "model"),
-    ("voice_query", {"prompt": "p" * 9000}, "prompt"),
+    ("voice_query", {"prompt": "p" * (MAX_PROMPT_CHARS + 1)}, "prompt"),
     ("transcribe_voice", {"model": "llama3.2"}, "model"),
 ]
 
