@@ -142,7 +142,11 @@ def _silence_ms(raw: str) -> int:
 
 
 def normalize_ollama_host(raw: str) -> str:
-    """Accept the forms Ollama accepts: `host`, `host:port`, `:port`, or a URL."""
+    """Accept the forms Ollama accepts: `host`, `host:port`, `:port`, or a URL.
+
+    `user:password@` before the host is kept (llm.py sends it as HTTP basic auth, for an Ollama
+    behind a reverse proxy); show the result to people only through `redact_url`.
+    """
     host = raw.strip()
     if not host:
         return DEFAULT_OLLAMA_HOST
@@ -151,7 +155,10 @@ def normalize_ollama_host(raw: str) -> str:
         scheme, host = host.split("://", 1)
         if scheme not in ("http", "https"):
             raise ValueError(raw)
+    if any(c in host for c in "?# \t"):
+        raise ValueError(raw)
     host, _, path = host.partition("/")
+    userinfo, at, host = host.rpartition("@")
     if host.startswith(":"):
         host = "127.0.0.1" + host
     if host.startswith("["):
@@ -165,7 +172,36 @@ def normalize_ollama_host(raw: str) -> str:
         raise ValueError(raw)
     if name == "0.0.0.0":
         name = "127.0.0.1"
-    return f"{scheme}://{name}:{port}" + (f"/{path}".rstrip("/") if path else "")
+    credentials = f"{userinfo}@" if at else ""
+    return f"{scheme}://{credentials}{name}:{port}" + (f"/{path}".rstrip("/") if path else "")
+
+
+def redact_url(url: str) -> str:
+    """`url` as it may appear in a message or a log: `user:password@` replaced by `***@`.
+
+    OLLAMA_HOST may hold credentials; an error result travels to the calling model and into its
+    transcript, and logs get copied into bug reports, so neither may carry them.
+    """
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = (rest if sep else url).partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return f"{scheme}{sep}{netloc}{slash}{path}" if sep else f"{netloc}{slash}{path}"
+
+
+ORT_TELEMETRY_VAR = "ORT_DISABLE_TELEMETRY"
+
+
+def disable_onnxruntime_telemetry() -> bool:
+    """Set ORT_DISABLE_TELEMETRY=1 for this process and its children; True if it already was.
+
+    Written, never read as a setting (so not in server.json): onnxruntime 1.32 reads it when it
+    is imported, and it is the only switch that stops its telemetry (see vad.import_onnxruntime).
+    It lives here because this module is the one that touches the environment.
+    """
+    was_off = os.environ.get(ORT_TELEMETRY_VAR) == "1"
+    os.environ[ORT_TELEMETRY_VAR] = "1"
+    return was_off
 
 
 _SETTINGS = {

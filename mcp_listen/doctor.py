@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_listen.config import Settings
+from mcp_listen.config import Settings, redact_url
 from mcp_listen.contracts import SAMPLE_RATE
 from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, TranscriptionError, command
 
@@ -265,8 +265,8 @@ def check_ollama(settings: Settings, model: str | None) -> list[Check]:
     from mcp_listen import llm
 
     wanted = model or settings.defaults.model
-    host = settings.ollama_host
-    probe = llm.probe(host, wanted, timeout_s=OLLAMA_TIMEOUT_S)
+    host = redact_url(settings.ollama_host)  # OLLAMA_HOST may carry user:password@
+    probe = llm.probe(settings.ollama_host, wanted, timeout_s=OLLAMA_TIMEOUT_S)
     data = {"host": host, "version": probe["version"]}
     if not probe["reachable"]:
         remedy = (

@@ -103,9 +103,14 @@ class PhraseWorker:
                 self._work(job)
             job.done.set()
 
+    def _prompt(self) -> str:
+        """The text so far, as whisper's prompt. Its final full stop is left off: whisper put it
+        there only because the piece ended, and with it whisper starts a new sentence."""
+        return _SENTENCE_END.sub("", join_phrases(self._texts))
+
     def _work(self, job: _Job) -> None:
         try:
-            text, heard = self._transcribe(job.audio, join_phrases(self._texts), self.language, job.abort)
+            text, heard = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
         except BaseException as exc:  # noqa: BLE001 - re-raised in finish(), on the caller's thread
             if job.speculative:
                 job.error = None if job.abort.is_set() else exc
@@ -120,12 +125,13 @@ class PhraseWorker:
             self._texts.append(text)
 
 
-_SENTENCE_END = re.compile(r"(?<![.?!])\.$")
+_SENTENCE_END = re.compile(r"(?:\.\.\.|…|(?<![.?!])\.)$")
+"""A full stop or an ellipsis closing a piece: whisper's marks for "the audio ended here"."""
 
 
 def join_phrases(texts: list[str]) -> str:
-    """One transcription from phrase texts: whisper ends every piece with a full stop, even one cut
-    mid-sentence; where the next piece goes on in lower case, that full stop was invented."""
+    """One transcription from phrase texts: whisper ends every piece with a full stop (or "..."),
+    even one cut mid-sentence; where the next piece goes on in lower case, that mark was invented."""
     out = ""
     for text in (t.strip() for t in texts):
         if not text:

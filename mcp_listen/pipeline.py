@@ -255,7 +255,7 @@ class Engine:
         from mcp_listen.transcriber import resolve_model, validate_model_file
 
         path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
-        validate_model_file(path)
+        validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
         return path
 
     def transcribe_samples(

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 import mcp_types as types
 from mcp.server.lowlevel import Server
 
@@ -63,7 +64,16 @@ class ToolSpec:
 
 
 class Call:
-    """One tool call's link to its client: cancellation and progress for the worker thread."""
+    """One tool call's link to its client: cancellation and progress for the worker thread.
+
+    Tool work runs on its own budget of worker threads (THREADS). anyio's default budget (40)
+    also serves the stdin reader: when 39 calls were stuck (a FIFO as whisper_model once was),
+    the server could no longer read a request, not even end of input.
+    """
+
+    THREADS = 8
+    """Tool calls in worker threads at once; more wait for a free slot (and can be cancelled)."""
+    _limiter: RunVar[anyio.CapacityLimiter] = RunVar("mcp_listen_tool_threads")
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -91,7 +101,7 @@ class Call:
                 finished.set()
 
         try:
-            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._threads())
         except anyio.get_cancelled_exc_class():
             self.stop.set()
             with anyio.CancelScope(shield=True):
@@ -99,6 +109,16 @@ class Call:
                     while not finished.is_set():
                         await anyio.sleep(0.01)
             raise
+
+    @classmethod
+    def _threads(cls) -> anyio.CapacityLimiter:
+        """This event loop's tool-thread limiter (a RunVar: one per loop, made on first use)."""
+        try:
+            return cls._limiter.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(cls.THREADS)
+            cls._limiter.set(limiter)
+            return limiter
 
 
 async def _list_devices(engine: Engine, args: Any, call: Call) -> dict[str, Any]:

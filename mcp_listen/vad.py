@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from mcp_listen.config import disable_onnxruntime_telemetry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,6 +86,26 @@ def _shape_fits(model_shape: Any, shape: tuple[int, ...]) -> bool:
     return all(not isinstance(dim, int) or dim == want for dim, want in zip(model_shape, shape))
 
 
+def import_onnxruntime() -> Any:
+    """Import onnxruntime with its telemetry off; the only way this package imports it.
+
+    onnxruntime 1.32 (Linux) starts Microsoft's 1DS telemetry when the module is imported, not
+    when a session is created: it writes a device id and an event database under
+    ~/.cache/Microsoft/DeveloperTools/.onnxruntime/, a `.ses` file in the temp folder, and looks
+    up mobile.events.data.microsoft.com every few seconds. `disable_telemetry_events()` alone
+    stops none of that (measured); only ORT_DISABLE_TELEMETRY set in the environment before the
+    import does. We force it ("audio and words never leave the machine" admits no opt-in here)
+    and still call disable_telemetry_events() for builds that honour only that.
+    """
+    imported_before = "onnxruntime" in sys.modules
+    if not disable_onnxruntime_telemetry() and imported_before:
+        log.warning("onnxruntime was imported before mcp-listen could turn its telemetry off")
+    import onnxruntime
+
+    onnxruntime.disable_telemetry_events()
+    return onnxruntime
+
+
 class SileroVAD:
     """A streaming Silero session: reset() per recording, then probability() per window.
 
@@ -91,8 +114,8 @@ class SileroVAD:
 
     def __init__(self) -> None:
         import numpy as np
-        import onnxruntime
 
+        onnxruntime = import_onnxruntime()
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1  # ~0.1-0.2 ms per window: more threads only add overhead
         options.inter_op_num_threads = 1

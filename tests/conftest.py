@@ -105,6 +105,15 @@ def model_path() -> Path:
 
 
 
+@pytest.fixture(scope="session")
+def base_model_path() -> Path:
+    """A real multilingual whisper base model (99 languages): MCP_LISTEN_TEST_BASE_MODEL."""
+    configured = os.environ.get("MCP_LISTEN_TEST_BASE_MODEL")
+    if not configured or not Path(configured).is_file():
+        pytest.fail("No multilingual test model: set MCP_LISTEN_TEST_BASE_MODEL")
+    return Path(configured)
+
+
 @pytest.fixture
 def ollama() -> Iterator["FakeOllama"]:
     """A real HTTP server on loopback speaking Ollama's API; set `.mode` to inject a failure."""

@@ -7,9 +7,13 @@
 
 Modes: ok, 404, 500, hang (never answers until stop), empty (a done message with no content),
 garbage (200 with a body that is not JSON), cut (half a stream, then the connection drops),
-trickle (a token every 0.2 s, forever). "hang" and "500" apply to every endpoint, the others
-to /api/chat. Streams use chunked NDJSON like the real daemon. stop() is fast even while
-handlers hang: it wakes them and shuts their sockets.
+trickle (a token every 0.2 s, forever), drip (a byte every 0.05 s and never a newline),
+flood (`flood_bytes` of well-formed reply, 64 KiB of text per line), flood_line (`flood_bytes`
+with no newline at all), redirect (`redirect_status` to `redirect_to` + the same path).
+"hang", "500" and "redirect" apply to every endpoint, the others to /api/chat. Streams use
+chunked NDJSON like the real daemon. stop() is fast even while handlers hang: it wakes them
+and shuts their sockets. `sent` counts the body bytes the streaming modes wrote, `headers`
+the request headers received, `open_connections` the connections not yet closed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("ok", "404", "500", "hang", "empty", "garbage", "cut", "trickle")
+MODES = ("ok", "404", "500", "hang", "empty", "garbage", "cut", "trickle", "drip", "flood", "flood_line", "redirect")
 CREATED_AT = "2025-01-01T00:00:00.000000Z"
 
 
@@ -45,6 +49,11 @@ class FakeOllama:
         self.models = list(models)
         self.version = version
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.redirect_status = 307
+        self.redirect_to = "http://127.0.0.1:9"
+        self.flood_bytes = 100 * 1024 * 1024
+        self.sent = 0
         self.paths: list[tuple[str, str]] = []
         self.closing = threading.Event()
         self._conns: set[socket.socket] = set()
@@ -96,6 +105,11 @@ class FakeOllama:
         assert self._httpd is not None
         return int(self._httpd.server_address[1])
 
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
     # -------------------------------------------------------------- behaviour
 
     def reply_for(self, body: dict[str, Any]) -> str:
@@ -134,6 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.fake.paths.append(("GET", self.path))
+        self.fake.headers.append(dict(self.headers))
         if self._common_modes():
             return
         if self.path == "/api/version":
@@ -145,6 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.fake.paths.append(("POST", self.path))
+        self.fake.headers.append(dict(self.headers))
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             body = json.loads(raw or b"{}")
@@ -168,6 +184,12 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         if mode == "500":
             self._json(500, {"error": "fake internal server error"})
+            return True
+        if mode == "redirect":
+            self.send_response(self.fake.redirect_status)
+            self.send_header("Location", self.fake.redirect_to + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return True
         return False
 
@@ -200,6 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # no terminating chunk: the stream is cut
         elif mode == "trickle":
             self._trickle(model)
+        elif mode in ("drip", "flood", "flood_line"):
+            self._firehose(model, mode)
         else:
             text = self.fake.reply_for(body)
             self._answer(model, _split(text), stream)
@@ -223,6 +247,24 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
         except OSError:
             pass
+        self.close_connection = True
+
+    def _firehose(self, model: str, mode: str) -> None:
+        """drip: one byte per 0.05 s; flood / flood_line: flood_bytes as fast as the client reads."""
+        self._start_stream()
+        text = json.dumps(_part(model, "x" * 65536, False)).encode() + b"\n"
+        piece = {"drip": b"x", "flood": text, "flood_line": b"x" * 65536}[mode]
+        try:
+            while not self.fake.closing.is_set() and (mode == "drip" or self.fake.sent < self.fake.flood_bytes):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+                self.fake.sent += len(piece)
+                if mode == "drip":
+                    self.fake.closing.wait(0.05)
+            self._chunk(_part(model, "", True))
+            self._end_stream()
+        except OSError:
+            pass  # the client hung up: what a capped or timed-out client must do
         self.close_connection = True
 
     # -------------------------------------------------------------- wire helpers

@@ -131,10 +131,14 @@ def test_other_cli_commands_refuse_a_bad_environment(tmp_path):
 # ------------------------------------------------------------------ nothing said is lost (item 3)
 
 
-@pytest.mark.parametrize("failure", ["refused", "not_pulled"])
+CODES = {"refused": "ollama_unreachable", "not_pulled": "model_not_pulled", "redirect": "ollama_redirect"}
+
+
+@pytest.mark.parametrize("failure", list(CODES))
 async def test_ollama_is_checked_before_the_microphone_opens(vmic, tmp_path, models, ollama, failure):
     host = refused_url() if failure == "refused" else ollama.url
     ollama.models = ["someone-else:latest"]
+    ollama.mode = "redirect" if failure == "redirect" else "ok"
     env = base_env(vmic, tmp_path, OLLAMA_HOST=host, WHISPER_MODEL_PATH=str(models))
     async with mcp_client(env) as client:
         started = time.monotonic()
@@ -142,7 +146,7 @@ async def test_ollama_is_checked_before_the_microphone_opens(vmic, tmp_path, mod
         took = time.monotonic() - started
         status = (await client.call_tool("get_status", {})).structured_content
     error = error_payload(result)["error"]
-    assert error["code"] == ("ollama_unreachable" if failure == "refused" else "model_not_pulled")
+    assert error["code"] == CODES[failure]
     assert error["stage"] == "llm"
     assert took < 8, "a recording ran: nobody spoke, so it would have waited out the 10 s no-speech timeout"
     assert status["recording"] is False
@@ -243,12 +247,21 @@ async def test_model_files_are_found_where_the_node_edition_finds_them(vmic, tmp
     assert wer(sentence, result.structured_content["transcription"]) <= 0.3
 
 
-@pytest.mark.parametrize("name", ["~nosuchuser-mcp-listen/ggml-x.bin", "~nosuchuser-mcp-listen"])
-async def test_a_home_folder_of_nobody_is_a_named_error(vmic, tmp_path, name):
+@pytest.mark.parametrize(
+    "name,code,says",
+    [
+        ("~nosuchuser-mcp-listen/ggml-x.bin", "model_not_found", "no such user"),
+        ("~nosuchuser-mcp-listen", "model_not_found", "no such user"),
+        ("/tmp/" + "d" * 300 + "/ggml-x.bin", "model_unreadable", "Cannot look for the whisper model"),
+    ],
+)
+async def test_paths_the_system_cannot_look_into_are_named_errors(vmic, tmp_path, name, code, says):
+    """Not internal_error: a home folder of nobody, a path the OS refuses to look up (as root no
+    folder is unreadable, so a name too long for the file system stands in for EACCES)."""
     async with mcp_client(base_env(vmic, tmp_path)) as client:
         result = await client.call_tool("transcribe_voice", {"whisper_model": name})
     error = error_payload(result)["error"]
-    assert error["code"] == "model_not_found" and "no such user" in error["message"]
+    assert error["code"] == code and says in error["message"]
 
 
 async def test_a_prompt_of_32000_characters_reaches_ollama(vmic, tmp_path, models, ollama):

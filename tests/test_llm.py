@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -12,6 +14,7 @@ from fake_ollama import FakeOllama, refused_url
 from mcp_listen import llm
 from mcp_listen.config import normalize_ollama_host
 from mcp_listen.errors import LLMError
+from rpc import error_of
 
 
 @pytest.fixture
@@ -185,3 +188,243 @@ def test_non_streaming_endpoint_of_fake_matches_ollama_client(fake: FakeOllama) 
         response = client.chat(model="m", messages=[{"role": "user", "content": "x"}], stream=False)
         assert response.message.content == "You said: x" and response.done
         assert client.show("llama3.2").details.family == "llama"
+
+
+# ================================================================ redirects, credentials, quoting
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_an_error_and_nothing_reaches_its_target(fake: FakeOllama, status: int) -> None:
+    with FakeOllama() as target:
+        fake.mode = "redirect"
+        fake.redirect_status = status
+        fake.redirect_to = target.url.replace("http://", "http://mallory:hunter2@")
+        err = _code(fake.url, text="my secret words", system_prompt="my secret prompt")
+        probed = llm.probe(fake.url, "llama3.2")
+        assert err.code == "ollama_redirect"
+        assert str(status) in err.message and "OLLAMA_HOST" in err.message
+        assert "hunter2" not in err.message and "mallory" not in err.message
+        assert probed["reachable"] is False and "redirect" in probed["error"]
+        assert "hunter2" not in probed["error"]
+        assert target.paths == [] and target.requests == [], "the redirect target received a request"
+    assert fake.paths[0] == ("POST", "/api/chat")
+
+
+@pytest.mark.parametrize("mode", ["refused", "404", "500", "redirect", "garbage", "hang"])
+def test_credentials_in_the_host_never_appear_in_errors(fake: FakeOllama, mode: str) -> None:
+    base = refused_url() if mode == "refused" else fake.url
+    host = base.replace("http://", "http://alice:s3cr%40t@")
+    fake.mode = "ok" if mode == "refused" else mode
+    err = _code(host, timeout_s=1.0)
+    probed = llm.probe(host, "llama3.2", timeout_s=1.0)
+    for shown in (err.message, probed["error"] or ""):
+        assert "s3cr" not in shown and "alice" not in shown, shown
+    if mode != "refused":
+        assert "***@127.0.0.1" in err.message or mode in ("404", "500", "hang")
+
+
+def test_credentials_in_the_host_are_sent_as_basic_auth(fake: FakeOllama) -> None:
+    import base64
+
+    host = fake.url.replace("http://", "http://alice:s3cr%40t@")
+    assert _ask(host, "hi") == "You said: hi"
+    assert llm.probe(host, "llama3.2")["reachable"] is True
+    expected = "Basic " + base64.b64encode(b"alice:s3cr@t").decode()
+    assert [h.get("Authorization") for h in fake.headers] == [expected] * len(fake.headers)
+
+
+def test_a_model_name_in_a_suggested_command_is_shell_quoted(fake: FakeOllama) -> None:
+    import shlex
+
+    fake.mode = "404"
+    model = "llama3; rm -rf ~ $(touch x)"
+    err = _code(fake.url, model=model)
+    assert err.code == "model_not_pulled"
+    command = err.message.split("Pull it with: ", 1)[1]
+    assert shlex.split(command) == ["ollama", "pull", model]
+    plain = _code(fake.url, model="qwen3:0.6b")
+    assert plain.message.endswith("ollama pull qwen3:0.6b"), "plain names stay unquoted"
+
+
+# ================================================================ peers that trickle or flood
+
+
+def _chat_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ollama-chat"]
+
+
+def _until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_reply_that_drips_without_newline_ends_at_the_deadline(fake: FakeOllama) -> None:
+    fake.mode = "drip"
+    before = len(_chat_threads())
+    start = time.monotonic()
+    err = _code(fake.url, timeout_s=1.5)
+    took = time.monotonic() - start
+    assert err.code == "timeout"
+    assert 1.4 <= took < 4.5
+    assert _until(lambda: len(_chat_threads()) <= before, 3), "the request thread outlived the deadline"
+    assert _until(lambda: fake.open_connections == 0, 3), "the connection outlived the deadline"
+    assert fake.sent > 10, "the fake must really have dripped"
+
+
+@pytest.mark.parametrize("mode", ["flood", "flood_line"])
+def test_a_flood_is_capped(fake: FakeOllama, mode: str) -> None:
+    fake.mode = mode
+    start = time.monotonic()
+    err = _code(fake.url, timeout_s=30.0)
+    took = time.monotonic() - start
+    assert err.code == "reply_too_large"
+    assert "1 MB" in err.message
+    assert took < 10, "a flood must be cut off at the cap, not read to the end"
+    assert _until(lambda: fake.open_connections == 0, 3)
+    assert fake.sent < 32 * 1024 * 1024, f"the client kept reading: {fake.sent} bytes sent"
+
+
+def test_cancel_closes_the_connection_at_once(fake: FakeOllama) -> None:
+    fake.mode = "drip"
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    assert _code(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
+    assert _until(lambda: fake.open_connections == 0 and not _chat_threads(), 2)
+
+
+# ================================================================ through the real server
+
+SECRET_HOST_PARTS = ("alice", "s3cr")
+
+
+def _server_error(result: dict) -> dict:
+    """The error of a failed tool result: the one place that knows the wire shape of errors."""
+    assert result.get("isError"), result
+    return error_of(result)["error"]
+
+
+def _tcp_sockets(pid: int) -> int:
+    """TCP sockets the process holds open (its socket fds that /proc/PID/net/tcp{,6} lists)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    tcp = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as rows:
+            tcp.update(row.split()[9] for row in list(rows)[1:])
+    return len(inodes & tcp)
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _voice_query(w, vmic, model_path: Path, **args) -> tuple[dict, float]:
+    """One spoken voice_query; (result, seconds from 'Asking' to the answer)."""
+    from test_privacy import said_clip
+
+    request = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500, **args},
+                      progressToken="q")
+    w.wait_recording(min_elapsed_ms=0)
+    vmic.play(said_clip())
+    reply = w.wait(request["id"], 90)
+    asked = w.progress_time("q", "Asking")
+    assert asked is not None, "the words must have been heard and sent to Ollama"
+    w.notes.clear()
+    return reply["result"], w.arrived[request["id"]] - asked
+
+
+def test_misbehaving_ollama_cannot_hold_threads_sockets_memory_or_secrets(vmic, model_path, tmp_path):
+    from rpc import proc_memory_kb, server_env
+    from test_reliability import wire
+
+    log = tmp_path / "stderr.log"
+    with FakeOllama() as fake, FakeOllama() as target:
+        host = fake.url.replace("http://", "http://alice:s3cr%40t@")
+        env = server_env(vmic.env, OLLAMA_HOST=host, MCP_LISTEN_OLLAMA_TIMEOUT_S="3",
+                         MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), MCP_LISTEN_LOG_LEVEL="DEBUG")
+        with wire(env, stderr_path=log) as w:
+            pid = w.server.proc.pid
+            result, _ = _voice_query(w, vmic, model_path)
+            assert "You said" in result["structuredContent"]["response"]
+            threads, sockets = _threads(pid), _tcp_sockets(pid)
+
+            fake.mode = "drip"
+            result, took = _voice_query(w, vmic, model_path)
+            assert _server_error(result)["code"] == "timeout"
+            assert took < 3 + 6, f"the 3 s deadline took {took:.1f} s"
+
+            fake.mode = "flood"
+            with open(f"/proc/{pid}/clear_refs", "w") as refs:
+                refs.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+            before = proc_memory_kb(pid)["VmRSS"]
+            result, _ = _voice_query(w, vmic, model_path)
+            grew_mb = (proc_memory_kb(pid)["VmHWM"] - before) / 1024
+            assert _server_error(result)["code"] == "reply_too_large"
+            assert grew_mb < 120, f"a 100 MB reply raised the peak RSS by {grew_mb:.0f} MB"
+            assert max(len(line) for line in w.server.lines) < 64 * 1024
+            assert fake.sent < 32 * 1024 * 1024
+
+            fake.mode, fake.redirect_to = "redirect", target.url  # llama3.2 passed the pre-check: it is cached
+            result, _ = _voice_query(w, vmic, model_path)
+            assert _server_error(result)["code"] == "ollama_redirect"
+            assert target.paths == [], "the redirect target received the transcript"
+
+            fake.mode = "ok"  # a model Ollama lacks is named before recording, quoted for the shell
+            reply = w.wait(w.start("voice_query", {"whisper_model": str(model_path), "model": "llama3; rm -rf ~"})["id"], 30)
+            assert "ollama pull 'llama3; rm -rf ~'" in _server_error(reply["result"])["message"]
+
+            assert _until(lambda: _tcp_sockets(pid) <= sockets, 5), f"{_tcp_sockets(pid)} TCP sockets, {sockets} before"
+            assert _until(lambda: _threads(pid) <= threads, 5), f"{_threads(pid)} threads, {threads} before"
+            wire_text = b"".join(w.server.lines).decode(errors="replace")
+    logged = log.read_text(errors="replace")
+    assert "***@127.0.0.1" in wire_text, "the errors name the host, redacted"
+    for secret in SECRET_HOST_PARTS:
+        assert secret not in wire_text and secret not in logged, f"{secret!r} reached the client or the log"
+
+
+def test_doctor_shows_the_host_redacted_and_quotes_the_pull_command(fake: FakeOllama) -> None:
+    import shlex
+
+    from mcp_listen import doctor
+    from mcp_listen.config import load_settings
+
+    host = fake.url.replace("http://", "http://alice:s3cr%40t@")
+    settings = load_settings({"OLLAMA_HOST": host})
+    model = "llama3; rm -rf ~"
+    checks = doctor.check_ollama(settings, model)
+    fake.mode = "500"
+    checks += doctor.check_ollama(settings, model)
+    shown = repr([check.public() for check in checks])
+    assert "***@127.0.0.1" in shown
+    assert "alice" not in shown and "s3cr" not in shown
+    pull = next(c for c in checks if c.id == "ollama_model" and (c.remedy or "").startswith("ollama pull"))
+    assert shlex.split(pull.remedy) == ["ollama", "pull", model]
+
+
+@pytest.mark.parametrize("raw, normal, shown", [
+    ("http://u:p@host", "http://u:p@host:11434", "http://***@host:11434"),
+    ("https://u:p%40ss@host:8443/ollama", "https://u:p%40ss@host:8443/ollama", "https://***@host:8443/ollama"),
+    ("u:p@[::1]:5", "http://u:p@[::1]:5", "http://***@[::1]:5"),
+    ("localhost:1234", "http://localhost:1234", "http://localhost:1234"),
+])
+def test_host_credentials_are_kept_for_use_and_redacted_for_show(raw: str, normal: str, shown: str) -> None:
+    from mcp_listen.config import redact_url
+
+    assert normalize_ollama_host(raw) == normal
+    assert redact_url(normal) == shown
+
+
+@pytest.mark.parametrize("raw", ["http://host?token=x", "host#frag", "ftp://host"])
+def test_host_with_query_fragment_or_other_scheme_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError):
+        normalize_ollama_host(raw)

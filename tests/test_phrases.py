@@ -98,7 +98,7 @@ def test_each_phrase_is_conditioned_on_the_text_before_it():
     worker.submit("And so my fellow Americans.")
     worker.submit("ask not what your country can do for you.")
     text = worker.finish("ask what you can do for your country.")
-    assert prompts == ["", "And so my fellow Americans.", "And so my fellow Americans ask not what your country can do for you."]
+    assert prompts == ["", "And so my fellow Americans", "And so my fellow Americans ask not what your country can do for you"]
     assert text == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country."
 
 
@@ -156,7 +156,9 @@ def test_a_speculation_overtaken_by_more_speech_is_dropped_and_aborted():
         (["we desire and crease.", "that thereby beauty's rose"], "we desire and crease that thereby beauty's rose"),
         (["It rained.", "Then it stopped."], "It rained. Then it stopped."),
         (["Is it?", "yes"], "Is it? yes"),
-        (["Wait...", "and then"], "Wait... and then"),
+        (["for the...", "children"], "for the children"),
+        (["Wait…", "and then"], "Wait and then"),
+        (["It ended...", "Then more"], "It ended... Then more"),
         (["", "  words "], "words"),
     ],
 )
