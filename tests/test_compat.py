@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from fake_ollama import refused_url
-from rpc import RawServer, mcp_client, server_env
+from rpc import RawServer, error_of, mcp_client, server_env
 from test_pipeline import QUESTION, call_while_playing, spoken, wer
 
 pytestmark = pytest.mark.anyio
@@ -28,18 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def error_payload(result: Any) -> dict[str, Any]:
-    """The machine-readable part of an error result: the JSON object that carries `error`."""
-    assert result.is_error
-    if result.structured_content and "error" in result.structured_content:
-        return result.structured_content
-    for block in result.content:
-        try:
-            data = json.loads(block.text)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "error" in data:
-            return data
-    raise AssertionError(f"no error object in {result.content!r}")
+    """The machine-readable part of an error result (checked against the wire shape)."""
+    return error_of(result)
 
 
 @pytest.fixture

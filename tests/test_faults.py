@@ -19,7 +19,7 @@ import pytest
 
 import audio_assets as A
 from fake_ollama import refused_url
-from rpc import SERVER_CMD, server_env
+from rpc import SERVER_CMD, error_of, server_env
 from test_reliability import files_in, speech_clip, stalled, wire
 from vmic import env_no_input_devices, env_without_portaudio
 
@@ -81,7 +81,7 @@ def test_bad_whisper_models_are_errors_and_the_server_lives_on(vmic, tmp_path, m
             began = time.monotonic()
             result = w.call(tool, {"whisper_model": str(path)})
             assert result.get("isError"), name
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert (error["stage"], error["code"]) == ("transcription", code), (name, error)
             assert words in error["message"], (name, error["message"])
             assert time.monotonic() - began < 5, f"{name}: the model must be checked before recording"
@@ -96,7 +96,7 @@ def test_bad_whisper_models_are_errors_and_the_server_lives_on(vmic, tmp_path, m
         began = time.monotonic()
         result = w.call("transcribe_voice", {"whisper_model": str(unknown_type), "stop_on_silence": False,
                                              "duration_ms": 4000})
-        error = result["structuredContent"]["error"]
+        error = error_of(result)["error"]
         assert error["code"] == "model_invalid" and "type 99" in error["message"], error
         assert time.monotonic() - began < 5 and w.status()["recording"] is False
         assert w.server.proc.poll() is None
@@ -144,7 +144,7 @@ def test_ollama_faults_give_the_contracts_outcomes(vmic, ollama, tmp_path, model
             ollama.mode = mode
             result, llm_seconds = _ask(w, vmic, model_path, mode)
             assert result.get("isError"), (mode, result)
-            data = result["structuredContent"]
+            data = error_of(result)
             assert data["error"]["stage"] == "llm" and data["error"]["code"] == code, (mode, data)
             if mode == "empty":
                 assert set(data) == {"error", "transcription", "response"}
@@ -166,7 +166,7 @@ def test_ollama_not_running(vmic, tmp_path, model_path):
     env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), OLLAMA_HOST=refused_url())
     with wire(env) as w:
         result, llm_seconds = _ask(w, vmic, model_path, "refused")
-    error = result["structuredContent"]["error"]
+    error = error_of(result)["error"]
     assert result["isError"] and (error["stage"], error["code"]) == ("llm", "ollama_unreachable")
     assert "ollama serve" in error["message"] and llm_seconds < 5
 
@@ -195,7 +195,7 @@ def test_full_filesystem_is_a_clear_error_without_partial_file(vmic, tmp_path):
         with wire(env) as w:
             result = w.call("capture_audio", {"duration_ms": 3000})  # 96 KB of WAV into 64 KiB
             assert result.get("isError"), result
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert (error["stage"], error["code"]) == ("capture", "storage_error")
             assert "disk is full" in error["message"] and "MCP_LISTEN_RECORDINGS_DIR" in error["message"]
             assert files_in(small) == [], "a partial recording was left behind"
@@ -212,7 +212,7 @@ def test_read_only_folder_is_a_clear_error_and_nothing_is_recorded(vmic, tmp_pat
             began = time.monotonic()
             result = w.call("capture_audio", {"duration_ms": 3000})
             assert time.monotonic() - began < 2.5, "the folder must be checked before recording"
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert result["isError"] and (error["stage"], error["code"]) == ("capture", "storage_error")
             assert "not writable" in error["message"]
             assert w.status()["recording"] is False
@@ -232,11 +232,10 @@ def test_a_folder_swapped_for_a_symlink_mid_recording_gets_no_file(vmic, tmp_pat
         rec.rename(tmp_path / "moved")
         rec.symlink_to(target)
         result = w.wait(request["id"], 15)["result"]
-        error = result["structuredContent"]["error"]
-        assert result["isError"] and error["code"] == "storage_error" and "replaced" in error["message"], error
-        refused = w.call("capture_audio", {"duration_ms": 300})
-        assert refused["structuredContent"]["error"]["code"] == "storage_error"
-        assert "symbolic link" in refused["structuredContent"]["error"]["message"]
+        error = error_of(result)["error"]
+        assert error["code"] == "storage_error" and "replaced" in error["message"], error
+        refused = error_of(w.call("capture_audio", {"duration_ms": 300}))["error"]
+        assert refused["code"] == "storage_error" and "symbolic link" in refused["message"]
     assert files_in(target) == [] and files_in(tmp_path / "moved") == []
 
 
@@ -248,8 +247,8 @@ def test_a_world_writable_folder_is_refused_before_recording(vmic, tmp_path):
         began = time.monotonic()
         result = w.call("capture_audio", {"duration_ms": 3000})
         assert time.monotonic() - began < 2.5, "the folder must be checked before recording"
-    error = result["structuredContent"]["error"]
-    assert result["isError"] and error["code"] == "storage_error" and "chmod go-w" in error["message"], error
+    error = error_of(result)["error"]
+    assert error["code"] == "storage_error" and "chmod go-w" in error["message"], error
     assert files_in(shared) == []
 
 
@@ -292,7 +291,7 @@ def test_missing_portaudio_is_an_error_for_every_recording_tool(tmp_path, model_
     with wire(env) as w:
         for tool in ("capture_audio", "transcribe_voice", "voice_query"):
             result = w.call(tool, {"whisper_model": str(model_path)} if tool != "capture_audio" else {})
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert result["isError"] and (error["stage"], error["code"]) == ("capture", "portaudio_missing")
             assert "libportaudio2" in error["message"]
         assert w.status()["recording"] is False
@@ -303,7 +302,7 @@ def test_no_microphone_is_an_error_for_every_recording_tool(tmp_path, model_path
     with wire(env) as w:
         for tool in ("capture_audio", "transcribe_voice", "voice_query"):
             result = w.call(tool, {"whisper_model": str(model_path)} if tool != "capture_audio" else {})
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert result["isError"] and (error["stage"], error["code"]) == ("capture", "no_input_device")
         assert w.status()["recording"] is False
     assert files_in(tmp_path / "rec") == []

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_ollama import refused_url
-from rpc import server_env
+from rpc import error_of, server_env
 from test_reliability import assert_only_json_rpc, files_in, wire
 from vmic import env_no_input_devices
 
@@ -218,7 +218,7 @@ def server(vmic, tmp_path_factory, model_path) -> Any:
 
 def check(server: InMemory, tool: str, args: dict[str, Any]) -> None:
     result = server.call(tool, args)
-    data = result.structured_content or {}
+    data = error_of(result) if result.is_error else result.structured_content
     code = (data.get("error") or {}).get("code")
     bad = offenders(tool, as_sent(args))
     assert code != "internal_error", (tool, args, data)
@@ -307,12 +307,12 @@ def test_raw_lines_no_sdk_client_would_send(tmp_path):
         w.server.proc.stdin.flush()
         for name, (_, culprit) in RAW.items():
             result = w.wait(ids[name], 30)["result"]
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert result["isError"] and error["code"] == "invalid_argument", (name, error)
             assert culprit in error["message"], (name, error)
         for request_id in (902, 903, 904, 907):
             assert "error" in w.wait(request_id, 30), request_id
-        device = w.wait(905, 30)["result"]["structuredContent"]["error"]["code"]
+        device = error_of(w.wait(905, 30)["result"])["error"]["code"]
         assert device in ("no_input_device", "device_not_found")
         status = w.status()
         assert status["recording"] is False

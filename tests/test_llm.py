@@ -14,6 +14,7 @@ from fake_ollama import FakeOllama, refused_url
 from mcp_listen import llm
 from mcp_listen.config import normalize_ollama_host
 from mcp_listen.errors import LLMError
+from rpc import error_of
 
 
 @pytest.fixture
@@ -303,7 +304,7 @@ SECRET_HOST_PARTS = ("alice", "s3cr")
 def _server_error(result: dict) -> dict:
     """The error of a failed tool result: the one place that knows the wire shape of errors."""
     assert result.get("isError"), result
-    return result["structuredContent"]["error"]
+    return error_of(result)["error"]
 
 
 def _tcp_sockets(pid: int) -> int:

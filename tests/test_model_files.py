@@ -27,7 +27,7 @@ import model_files as M
 from mcp_listen import ggml
 from mcp_listen import transcriber as T
 from mcp_listen.errors import TranscriptionError
-from rpc import RawServer, server_env, tool_call
+from rpc import RawServer, error_of, server_env, tool_call
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_S = 10.0
@@ -333,8 +333,8 @@ def test_fifo_calls_never_starve_the_server(env: dict[str, str], tmp_path: Path)
         calls = [tool_call(server, "transcribe_voice", {"whisper_model": str(fifo)}) for _ in range(50)]
         server.send(*calls)
         for result in _results(server, {msg["id"] for msg in calls}, 60).values():
-            assert result["isError"] and result["structuredContent"]["error"]["code"] == "model_invalid"
-            assert "pipe (FIFO)" in result["structuredContent"]["error"]["message"]
+            assert result["isError"] and error_of(result)["error"]["code"] == "model_invalid"
+            assert "pipe (FIFO)" in error_of(result)["error"]["message"]
         assert "tools" in server.call("tools/list", {}, timeout=10)["result"]
         assert _threads(server.proc.pid) <= baseline + 10, "tool threads were left behind"
         server.close_stdin()
@@ -353,7 +353,7 @@ def test_descriptor_paths_never_read_the_wire(env: dict[str, str], tmp_path: Pat
             after = server.request("tools/list", {})
             server.send(bad, after)
             got = _results(server, {bad["id"], after["id"]}, 30)
-            error = got[bad["id"]]["structuredContent"]["error"]
+            error = error_of(got[bad["id"]])["error"]
             assert error["code"] == "model_invalid" and "it was not read" in error["message"], error
             assert "tools" in got[after["id"]]
         status = _call("get_status", server, {})["result"]
@@ -410,7 +410,7 @@ def test_memory_limited_server_says_so_and_keeps_serving(env: dict[str, str], mo
         size = int(_status(server.proc.pid, "VmSize")) * 1024
         resource.prlimit(server.proc.pid, resource.RLIMIT_AS, (size + 200_000_000, resource.RLIM_INFINITY))
         reply = _call("transcribe_voice", server, {"whisper_model": str(model_path)})["result"]
-        error = reply["structuredContent"]["error"]
+        error = error_of(reply)["error"]
         assert error["code"] == "model_invalid" and "RLIMIT_AS" in error["message"], error
         assert "tools" in server.call("tools/list", {}, timeout=10)["result"]
         assert server.proc.poll() is None
@@ -437,7 +437,7 @@ def test_server_survives_crashing_models_while_the_user_speaks(
             reply = server.wait_for(msg["id"], 60)["result"]
         finally:
             player.wait()
-        assert reply["structuredContent"]["error"]["code"] == "model_invalid", json.dumps(reply)
+        assert error_of(reply)["error"]["code"] == "model_invalid", json.dumps(reply)
         assert "tools" in server.call("tools/list", {}, timeout=10)["result"]
         assert server.proc.poll() is None
 

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import pytest
 
 import audio_assets as A
-from rpc import RawServer, mcp_client, proc_memory_kb, server_env, tool_call
+from rpc import RawServer, error_of, mcp_client, proc_memory_kb, server_env, tool_call
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE_S = 0.2
@@ -527,7 +527,7 @@ def test_racing_requests_exactly_one_records_100_times(env, rec_dir, model_path)
             busy = [rep for rep in replies if rep["result"].get("isError")]
             assert len(ok) == 1, f"round {n}: {len(ok)} calls recorded: {[r['result'] for r in replies]}"
             for rep in busy:
-                error = rep["result"]["structuredContent"]["error"]
+                error = error_of(rep["result"])["error"]
                 assert error["code"] == "busy" and "already in progress" in error["message"], error
                 assert w.arrived[rep["id"]] <= w.arrived[ok[0][1]["id"]], "a refusal waited for the recording"
             name = ok[0][0]["params"]["name"]
@@ -550,10 +550,10 @@ def test_device_disappearing_mid_recording_then_coming_back(env, vmic, rec_dir):
             reply = w.wait(request["id"], 15)["result"]
             took = time.monotonic() - lost
             assert reply.get("isError")
-            assert reply["structuredContent"]["error"]["code"] in ("device_lost", "capture_failed")
+            assert error_of(reply)["error"]["code"] in ("device_lost", "capture_failed")
             assert w.status()["recording"] is False
             gone = w.call("capture_audio", {"duration_ms": 300})
-            assert gone.get("isError") and gone["structuredContent"]["error"]["stage"] == "capture", gone
+            assert gone.get("isError") and error_of(gone)["error"]["stage"] == "capture", gone
             vmic.start()
             again = w.call("capture_audio", {"duration_ms": 300})
             assert not again.get("isError"), again["content"][0]["text"]
@@ -589,8 +589,8 @@ def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
     grown_rss = (after["VmRSS"] - before["VmRSS"]) * 1024
     print(f"\n32 MiB line: peak RSS +{grown_peak / 2**20:.1f} MiB, RSS +{grown_rss / 2**20:.1f} MiB")
     assert grown_peak < size / 4, f"peak memory grew by {grown_peak} bytes for a {size}-byte line"
-    assert rejected["isError"] and rejected["structuredContent"]["error"]["code"] == "invalid_argument"
-    assert "prompt" in rejected["structuredContent"]["error"]["message"]
+    assert rejected["isError"] and error_of(rejected)["error"]["code"] == "invalid_argument"
+    assert "prompt" in error_of(rejected)["error"]["message"]
     text = log.read_text()
     assert "dropped an inbound message of" in text and "xxxxxxxx" not in text
 
