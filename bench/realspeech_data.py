@@ -204,7 +204,7 @@ def reference(clip: ClipSpec, raw: bytes) -> str:
 
 
 def convert(raw: bytes, member: str, out: Path) -> int:
-    """Write 16 kHz mono 16-bit PCM with sox; returns the original sample rate."""
+    """Write 16 kHz mono 16-bit PCM with sox (no dither, so the bytes repeat); returns the original rate."""
     with tempfile.NamedTemporaryFile(suffix=Path(member).suffix) as src:
         src.write(raw)
         src.flush()
@@ -216,7 +216,7 @@ def convert(raw: bytes, member: str, out: Path) -> int:
                 rate = w.getframerate()
             source = [src.name]
         tmp = out.with_suffix(".partial.wav")
-        subprocess.run(["sox", "-V1", *source, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed",
+        subprocess.run(["sox", "-V1", "-D", *source, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed",
                         str(tmp)], check=True)
         tmp.replace(out)
     return rate
