@@ -112,8 +112,9 @@ def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip]
     from mcp_listen import transcriber as T
 
     tr = T.Transcriber(threads=opts.threads)
+    t = time.perf_counter()
     tr.load(model)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"_load_ms": round((time.perf_counter() - t) * 1000, 1)}
     try:
         for entry, language in work:
             clip = clips[entry["id"]]
@@ -205,7 +206,6 @@ def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
     server = rig.server()
     runs = []
     try:
-        rig.start_monitor()
         for r in range(opts.stop_runs):
             for name, clip in clips.items():
                 try:
@@ -281,11 +281,16 @@ def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[
             groups[name] = group(sel, calls)
     fixed = [r for r in utterances if r["asked"] != "auto"]
     groups["all_fixed_language"] = group(fixed, calls)
+    for name in [n for n in groups if n.endswith("/auto")]:
+        auto, same = groups[name]["post_speech_warm_ms"], groups[name[:-5]]["post_speech_warm_ms"]
+        if auto.get("median") and same.get("median"):
+            groups[name]["post_speech_median_vs_fixed"] = round(auto["median"] / same["median"], 2)
     first = [c["post_speech_ms"] for c in calls if c["cold"] and c.get("post_speech_ms") is not None]
     for r in rows:
         r.pop("_pairs")
     return {
         "model": model.name, "multilingual": multilingual(model), "groups": groups,
+        "load_in_bench_process_ms": whole["_load_ms"],
         "first_call_post_speech_ms": summary(first),
         "clips_with_pause_longer_than_silence": [r["clip"] for r in rows if r["pause_longer_than_silence"]],
         "jobs": rows,
@@ -349,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-realspeech-"))
     rig = Rig(opts.model[0].parent, workdir, threads=opts.threads)
     try:
+        rig.start_monitor()  # before the first clip plays: its end is timed on the monitor's clock
         if opts.stop_runs:
             print("[stop time] capture_audio on every clip", flush=True)
             report["stop"] = stop_times(rig, clips, opts)
@@ -383,7 +389,8 @@ def print_summary(report: dict) -> None:
     if report.get("stop"):
         print(f"stop time (capture_audio, samples): {report['stop']['stop_latency_ms']}")
     for label, mod in report["models"].items():
-        print(f"\n{label}: first call in a fresh process {mod['first_call_post_speech_ms']}")
+        print(f"\n{label}: first call in a fresh process {mod['first_call_post_speech_ms']}; "
+              f"model load in the bench process {mod['load_in_bench_process_ms']} ms")
         for name, g in mod["groups"].items():
             ps = g["post_speech_warm_ms"]
             print(f"  {name:20} WER pipeline {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % "
