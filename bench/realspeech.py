@@ -326,6 +326,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated clip ids (default: all)")
     p.add_argument("--cache", type=Path, default=realspeech_data.DEFAULT_CACHE, help="clip cache folder")
     p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-realspeech.json", help="report file")
+    p.add_argument("--append", action="store_true",
+                   help="keep the models (and stop times) already in the report file, replacing those measured now")
     opts = p.parse_args(argv)
     if not opts.model:
         env = os.environ.get("MCP_LISTEN_TEST_MODEL")
@@ -365,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         report["machine"]["cpu_busy_during_run_pct"] = busy.percent()
         report["machine"]["loadavg_end"] = run.loadavg()
         report["elapsed_s"] = round(time.monotonic() - began, 1)
+        if opts.append and opts.json.exists():
+            merge(report, json.loads(opts.json.read_text()))
         report["targets"] = targets(report["models"])
         shutil.rmtree(workdir, ignore_errors=True)
         opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -373,13 +377,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def merge(report: dict, old: dict) -> None:
+    """Models and stop times from an earlier report that this run did not measure (--append);
+    each model keeps the machine figures of its own run."""
+    for label, figures in old.get("models", {}).items():
+        if label not in report["models"]:
+            report["models"][label] = figures
+    if "stop" not in report and "stop" in old:
+        report["stop"] = old["stop"]
+    report["earlier_runs"] = old.get("earlier_runs", []) + [{"machine": old.get("machine"),
+                                                             "config": old.get("config"),
+                                                             "elapsed_s": old.get("elapsed_s")}]
+
+
 def measure(rig: Rig, model: Path, entries: list[dict], clips: dict[str, Clip], opts: Any) -> dict:
+    """Whole-clip then pipeline figures of one model, with how busy the machine was meanwhile."""
+    import run
+
+    busy, load = run.CpuBusy(), run.loadavg()
     work = jobs(entries, model)
     print(f"[{model_label(model)}] whole-clip transcription in process ({len(work)} jobs)", flush=True)
     whole = whole_clip(model, work, clips, opts)
     print(f"[{model_label(model)}] through the server", flush=True)
     calls = pipeline_runs(rig, model, work, clips, opts)
-    return analyse(model, work, whole, calls, opts.silence_ms)
+    figures = analyse(model, work, whole, calls, opts.silence_ms)
+    figures["machine"] = {"loadavg_start": load, "loadavg_end": run.loadavg(),
+                          "cpu_busy_pct": busy.percent(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    return figures
 
 
 def print_summary(report: dict) -> None:
