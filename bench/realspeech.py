@@ -41,6 +41,41 @@ LEAD_MS = 300
 """Silence played before each clip (the clips keep their own leading and trailing room tone)."""
 
 
+class CpuTrace:
+    """The server's CPU time (all threads), sampled every 5 ms by a thread in this process.
+
+    CPU seconds spent between the end of the silence window and the reply measure the work
+    left after the stop; unlike the wall clock, they barely move when other processes load
+    the machine (the wall clock then also waits for a CPU)."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._pid = pid
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from rig import proc_stats
+
+        while not self._stop.wait(0.005):
+            try:
+                self.samples.append((time.monotonic(), proc_stats(self._pid)["cpu_s"]))
+            except (OSError, ValueError, IndexError):
+                return
+
+    def at(self, t: float) -> float | None:
+        """CPU seconds used by time t (the last sample taken at or before t)."""
+        before = [cpu for when, cpu in self.samples if when <= t]
+        return before[-1] if before else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)
+
+
 # --------------------------------------------------------------------------- word error rate
 
 
@@ -135,7 +170,7 @@ def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip]
 
 
 def transcribe_voice(rig: Rig, server: TimedServer, clip: Clip, model: Path, language: str,
-                     opts: Any, token: str) -> dict[str, Any]:
+                     opts: Any, token: str, trace: CpuTrace) -> dict[str, Any]:
     """One transcribe_voice while `clip` plays: the text, what came back, and the clocks."""
     args = {"stop_on_silence": True, "silence_ms": opts.silence_ms, "duration_ms": 30000,
             "whisper_model": model.name, "language": language}
@@ -163,6 +198,10 @@ def transcribe_voice(rig: Rig, server: TimedServer, clip: Clip, model: Path, lan
             finished_notice_to_result_ms=(run["t_reply"] - t_fin) * 1000 if t_fin else None,
             monitor_peak=round(clock["monitor_peak"], 5),
         )
+        window_end = t_end + opts.silence_ms / 1000
+        cpu = [trace.at(window_end), trace.at(run["t_reply"])]
+        if None not in cpu:
+            call["cpu_after_window_ms"] = (cpu[1] - cpu[0]) * 1000
     return call
 
 
@@ -171,16 +210,18 @@ def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict[str
     """A fresh server; every job in turn. The first call is marked cold (first in the process)."""
     rig.model_dir = model.parent
     server = rig.server()
+    trace = CpuTrace(server.proc.pid)
     calls = []
     try:
         for i, (entry, language) in enumerate(work):
             call = transcribe_voice(rig, server, clips[entry["id"]], model, language, opts,
-                                    f"rs-{tag}-{i}")
+                                    f"rs-{tag}-{i}", trace)
             call["cold"] = i == 0
             calls.append(call)
             print(f"  {call['clip']:32} {language:4} post-speech {call.get('post_speech_ms', float('nan')):7.1f} ms"
                   f"{' (first call)' if i == 0 else ''}", flush=True)
     finally:
+        trace.close()
         latency.close_server(server)
     return calls
 
@@ -216,7 +257,10 @@ def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
     finally:
         latency.close_server(server)
     return {
-        "stop_latency_ms": summary(r["stop_latency_ms"] for r in runs if r["stop_latency_ms"] is not None),
+        "stop_latency_ms": summary(r["stop_latency_ms"] for r in runs
+                                   if r["stop_latency_ms"] is not None and r["stopped_by"] == "silence"),
+        "note": "capture_audio's duration_ms is 20000 (latency.capture_stop): a clip that reaches it "
+                "ends at the ceiling and is left out, as is one that stops at an inner pause",
         "stopped_by": sorted({r["stopped_by"] for r in runs}),
         "runs": [{k: r[k] for k in ("clip", "stopped_by", "stop_latency_ms", "wav_peak")} for r in runs],
     }
@@ -265,6 +309,8 @@ def group(rows: list[dict], calls: list[dict]) -> dict:
         "post_speech_warm_ms": summary(c["post_speech_ms"] for c in mine
                                        if not c["cold"] and c.get("post_speech_ms") is not None),
         "stop_wall_ms": summary(c["stop_wall_ms"] for c in mine if c.get("stop_wall_ms") is not None),
+        "server_cpu_after_window_warm_ms": summary(c["cpu_after_window_ms"] for c in mine
+                                                   if not c["cold"] and c.get("cpu_after_window_ms") is not None),
     }
 
 
@@ -285,13 +331,15 @@ def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[
         auto, same = groups[name]["post_speech_warm_ms"], groups[name[:-5]]["post_speech_warm_ms"]
         if auto.get("median") and same.get("median"):
             groups[name]["post_speech_median_vs_fixed"] = round(auto["median"] / same["median"], 2)
-    first = [c["post_speech_ms"] for c in calls if c["cold"] and c.get("post_speech_ms") is not None]
+    first = [c for c in calls if c["cold"] and c.get("post_speech_ms") is not None]
     for r in rows:
         r.pop("_pairs")
     return {
         "model": model.name, "multilingual": multilingual(model), "groups": groups,
         "load_in_bench_process_ms": whole["_load_ms"],
-        "first_call_post_speech_ms": summary(first),
+        "first_call_post_speech_ms": summary(c["post_speech_ms"] for c in first),
+        "first_call_server_cpu_after_window_ms": summary(c["cpu_after_window_ms"] for c in first
+                                                         if c.get("cpu_after_window_ms") is not None),
         "clips_with_pause_longer_than_silence": [r["clip"] for r in rows if r["pause_longer_than_silence"]],
         "jobs": rows,
         "calls": calls,
@@ -420,7 +468,8 @@ def print_summary(report: dict) -> None:
             print(f"  {name:20} WER pipeline {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % "
                   f"(gap {g['wer_gap_points']} pts, {g['reference_words']} words); post-speech median "
                   f"{ps.get('median')} p90 {ps.get('p90')} ms (n={ps.get('n')}); stop (wall) "
-                  f"{g['stop_wall_ms'].get('median')} ms")
+                  f"{g['stop_wall_ms'].get('median')} ms; server CPU after the window "
+                  f"{g['server_cpu_after_window_warm_ms'].get('median')} ms")
         for r in mod["jobs"]:
             print(f"    {r['clip']:32} {r['asked']:4} WER {r['wer_pipeline']} / whole {r['wer_whole']} "
                   f"returned {r['languages_returned']} stopped {r['stopped_by']}")
