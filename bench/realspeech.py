@@ -45,8 +45,10 @@ class CpuTrace:
     """The server's CPU time (all threads), sampled every 5 ms by a thread in this process.
 
     CPU seconds spent between the end of the silence window and the reply measure the work
-    left after the stop; unlike the wall clock, they barely move when other processes load
-    the machine (the wall clock then also waits for a CPU)."""
+    left after the stop without the time spent waiting for a CPU. They are not load-proof
+    either: on a busy machine the phrase worker falls behind during the recording, so more
+    phrases are left after the stop, and whisper.cpp's threads spin while they wait for
+    each other."""
 
     def __init__(self, pid: int) -> None:
         import threading
