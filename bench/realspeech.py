@@ -160,7 +160,8 @@ def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip]
             texts, times = [], []
             for _ in range(opts.runs):
                 t = time.perf_counter()
-                texts.append(tr.transcribe(audio, path=model, language=language))
+                raw = tr.transcribe(audio, path=model, language=language)
+                texts.append(T.usable_text(raw) or "")  # markers such as [Music] go, as in the pipeline
                 times.append((time.perf_counter() - t) * 1000)
             out[f"{entry['id']}/{language}"] = {"texts": texts, "transcribe_ms": summary(times)}
     finally:
@@ -286,7 +287,7 @@ def per_job(entry: dict, language: str, whole: dict, calls: list[dict], silence_
         "wer_pipeline": wer([(ref, t) for t in texts]),
         "wer_whole": wer([(ref, t) for t in whole_texts]),
         "wer_pipeline_vs_whole": wer([(whole_texts[0], t) for t in texts]),
-        "pipeline_texts": sorted(set(texts)), "whole_texts": sorted(set(whole_texts)),
+        "pipeline_texts": sorted(set(texts)), "whole_texts": whole_texts,
         "whole_transcribe_ms": whole[key]["transcribe_ms"],
         "languages_returned": sorted({str(c["language_returned"]) for c in mine}),
         "stopped_by": sorted({str(c["stopped_by"]) for c in mine}),
@@ -376,6 +377,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated clip ids (default: all)")
     p.add_argument("--cache", type=Path, default=realspeech_data.DEFAULT_CACHE, help="clip cache folder")
     p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-realspeech.json", help="report file")
+    p.add_argument("--rescore", action="store_true",
+                   help="measure nothing: recompute the WERs and groups of the report file from its transcripts")
     p.add_argument("--append", action="store_true",
                    help="keep the models (and stop times) already in the report file, replacing those measured now")
     opts = p.parse_args(argv)
@@ -394,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     import run
 
     opts = parse(argv)
+    if opts.rescore:
+        return rescore(opts)
     began = time.monotonic()
     entries = realspeech_data.load(opts.cache)
     if opts.only:
@@ -424,6 +429,28 @@ def main(argv: list[str] | None = None) -> int:
         opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print_summary(report)
     print(f"\nreport: {opts.json}  ({report['elapsed_s']} s)")
+    return 0
+
+
+def rescore(opts: Any) -> int:
+    """Recompute every model's rows and groups from the transcripts kept in the report (after a
+    change to the text normalisation or to the whole-clip marker filter): no audio is played."""
+    from mcp_listen.transcriber import usable_text
+
+    report = json.loads(opts.json.read_text())
+    entries = {e["id"]: e for e in realspeech_data.load(opts.cache)}
+    for mod in report["models"].values():
+        model = Path(mod["model"])
+        work = [(entries[j["clip"]], j["asked"]) for j in mod["jobs"]]
+        whole = {f"{j['clip']}/{j['asked']}": {"texts": [usable_text(t) or "" for t in j["whole_texts"]],
+                                               "transcribe_ms": j["whole_transcribe_ms"]} for j in mod["jobs"]}
+        whole["_load_ms"] = mod["load_in_bench_process_ms"]
+        redone = analyse(model, work, whole, mod["calls"], report["config"]["silence_ms"])
+        mod.update({k: v for k, v in redone.items() if k != "calls"})
+        mod["rescored"] = time.strftime("%Y-%m-%d %H:%M")
+    report["targets"] = targets(report["models"])
+    opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    print_summary(report)
     return 0
 
 
