@@ -48,7 +48,7 @@ ACCEPTED = "a language code such as en, pt or de, a name such as english or port
 
 def normalize(value: str) -> str:
     """`"Portuguese"`, `"pt-BR"`, `"PT"` -> `"pt"`; `"auto"` stays; anything else raises ValueError."""
-    text = value.strip().lower().replace("_", "-")
+    text = value.lower().replace("_", "-")
     if text == AUTO:
         return AUTO
     if text in _BY_NAME:

@@ -125,12 +125,13 @@ class PhraseWorker:
             self._texts.append(text)
 
 
-_SENTENCE_END = re.compile(r"(?<![.?!])\.$")
+_SENTENCE_END = re.compile(r"(?:\.\.\.|…|(?<![.?!])\.)$")
+"""A full stop or an ellipsis closing a piece: whisper's marks for "the audio ended here"."""
 
 
 def join_phrases(texts: list[str]) -> str:
-    """One transcription from phrase texts: whisper ends every piece with a full stop, even one cut
-    mid-sentence; where the next piece goes on in lower case, that full stop was invented."""
+    """One transcription from phrase texts: whisper ends every piece with a full stop (or "..."),
+    even one cut mid-sentence; where the next piece goes on in lower case, that mark was invented."""
     out = ""
     for text in (t.strip() for t in texts):
         if not text:

@@ -137,7 +137,7 @@ class Engine:
         self.recorder = Recorder()
         self._transcriber: Any = None
         self._transcriber_lock = threading.Lock()
-        self._portaudio = threading.Lock()
+        self._portaudio = self.recorder.portaudio
         """Held while a stream is open: PortAudio must not be re-initialised under it."""
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
@@ -176,7 +176,8 @@ class Engine:
         meter: Callable[[Any, bool], None] | None = None,
     ) -> dict[str, Any]:
         plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
-        claim = self.recorder.claim("capture_audio")
+        claim = self.recorder.claim("capture_audio", stop=_linked(stop, self.shutdown))
+        folder = None
         try:
             folder = self._recordings_folder() if out is None else None
             heard = self._listen(plan, claim, stop, progress, meter)
@@ -189,6 +190,8 @@ class Engine:
                 wavfile.remove(path)
                 raise Cancelled("The recording was cancelled.")
         finally:
+            if folder is not None:
+                folder.close()
             self.recorder.release(claim)
             memory.release_in_background()
         result = CaptureResult(
@@ -203,9 +206,10 @@ class Engine:
             result.speech_detected = bool(heard.speech_detected)
         return result.public()
 
-    def _recordings_folder(self) -> Path:
+    def _recordings_folder(self) -> wavfile.Folder:
+        """Checked and held open before recording: the WAV lands in the folder that was checked."""
         folder = self.settings.recordings_dir
-        return wavfile.ensure_folder(folder, must_own=folder == default_recordings_dir())
+        return wavfile.open_folder(folder, ours=folder == default_recordings_dir())
 
     # ------------------------------------------------------------------ listening
 
@@ -226,17 +230,19 @@ class Engine:
         """
         stop = _linked(stop, self.shutdown)
         tracker = _Tracker(plan, progress, meter, phrases, on_speech)
-        with self._portaudio:
-            device = devices.resolve(plan.device)
+
+        def started(device: Any) -> None:
+            claim.device = device.name
             if progress:
                 progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
-            recording = self.recorder.record(
-                device_index=device.index,
-                max_frames=plan.max_frames,
-                on_window=tracker.on_window,
-                stop=stop,
-                on_start=lambda: setattr(claim, "device", device.name),
-            )
+
+        recording = self.recorder.record(
+            find_device=lambda: devices.resolve(plan.device),
+            max_frames=plan.max_frames,
+            on_window=tracker.on_window,
+            stop=stop,
+            on_start=started,
+        )
         tracker.finished(recording)
         return Heard(recording, tracker.speech_detected, tracker.speech_end_frame, tracker.phrase_start_frame)
 
@@ -255,7 +261,7 @@ class Engine:
         from mcp_listen.transcriber import resolve_model, validate_model_file
 
         path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
-        validate_model_file(path)
+        validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
         return path
 
     def transcribe_samples(
@@ -308,12 +314,13 @@ class Engine:
         model_path = self.resolve_whisper_model(args.whisper_model)
         language, translate = self.language(args), bool(args.translate)
         self.check_language(model_path, language, translate)
-        if before_recording is not None:
-            before_recording()
-        worker = self._phrase_worker(model_path, language, translate, _linked(stop, self.shutdown))
+        cancel = _linked(stop, self.shutdown)
+        worker = self._phrase_worker(model_path, language, translate, cancel)
         try:
-            claim = self.recorder.claim(tool)
+            claim = self.recorder.claim(tool, stop=cancel)
             try:
+                if before_recording is not None:  # under the claim: one call at a time gets this far
+                    before_recording()
                 heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=lambda: self._preload(model_path))
             finally:
                 self.recorder.release(claim)

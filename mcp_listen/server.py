@@ -2,8 +2,9 @@
 
 It declares the tools, validates arguments (contracts.py), hands the blocking work
 to a worker thread (pipeline.Engine), bridges cancellation and progress, and turns
-results and ListenErrors into CallToolResults: structured content plus one text
-block holding the same JSON. It decides nothing about audio.
+results and ListenErrors into CallToolResults: a success is structured content plus
+one text block holding the same JSON; an error is two text blocks (see error_result).
+It decides nothing about audio.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.shared.dispatcher import coerce_request_id
 
 from mcp_listen import __version__, contracts
 from mcp_listen.errors import Cancelled, ListenError
@@ -33,7 +36,8 @@ ACTS = types.ToolAnnotations(
 INSTRUCTIONS = (
     "mcp-listen gives you the user's microphone on this machine. Use transcribe_voice to hear what the user "
     "says (ask them to speak first), capture_audio to get a WAV file, voice_query to have a local Ollama model "
-    "answer the spoken question. Only one recording runs at a time; get_status shows it."
+    "answer the spoken question. Only one recording runs at a time; get_status shows it. An error result's "
+    "first text says what went wrong and what to do; its second is JSON whose error.code is stable."
 )
 
 
@@ -61,7 +65,16 @@ class ToolSpec:
 
 
 class Call:
-    """One tool call's link to its client: cancellation and progress for the worker thread."""
+    """One tool call's link to its client: cancellation and progress for the worker thread.
+
+    Tool work runs on its own budget of worker threads (THREADS). anyio's default budget (40)
+    also serves the stdin reader: when 39 calls were stuck (a FIFO as whisper_model once was),
+    the server could no longer read a request, not even end of input.
+    """
+
+    THREADS = 8
+    """Tool calls in worker threads at once; more wait for a free slot (and can be cancelled)."""
+    _limiter: RunVar[anyio.CapacityLimiter] = RunVar("mcp_listen_tool_threads")
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -89,7 +102,7 @@ class Call:
                 finished.set()
 
         try:
-            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._threads())
         except anyio.get_cancelled_exc_class():
             self.stop.set()
             with anyio.CancelScope(shield=True):
@@ -97,6 +110,16 @@ class Call:
                     while not finished.is_set():
                         await anyio.sleep(0.01)
             raise
+
+    @classmethod
+    def _threads(cls) -> anyio.CapacityLimiter:
+        """This event loop's tool-thread limiter (a RunVar: one per loop, made on first use)."""
+        try:
+            return cls._limiter.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(cls.THREADS)
+            cls._limiter.set(limiter)
+            return limiter
 
 
 async def _list_devices(engine: Engine, args: Any, call: Call) -> dict[str, Any]:
@@ -204,15 +227,53 @@ def _text(value: Any) -> list[types.TextContent]:
 
 
 def error_result(exc: ListenError) -> types.CallToolResult:
-    """isError with the cause in words and, for machines, `error: {stage, code, message}`."""
-    structured = {"error": exc.to_dict(), **exc.extra}
-    return types.CallToolResult(content=_text(structured), structured_content=structured, is_error=True)
+    """isError with two text blocks: "Error: <message>" for people and models, then the JSON
+    `{"error": {stage, code, message}, **extra}` for programs (branch on `error.code`).
+
+    No structuredContent: the TypeScript SDK 1.x client and MCP Inspector validate it against
+    the tool's outputSchema even when isError is true, and throw a schema complaint instead of
+    showing the error.
+    """
+    payload = {"error": exc.to_dict(), **exc.extra}
+    sentence = types.TextContent(type="text", text=f"Error: {exc.message}")
+    return types.CallToolResult(content=[sentence, *_text(payload)], is_error=True)
+
+
+class InFlight:
+    """Tool calls in flight by request id, so that notifications/cancelled reaches every one of them.
+
+    The SDK (mcp 2.3) keeps one call per request id: a reused id replaces the entry, and the first
+    call could no longer be cancelled. A cancel sets the stop event of every call with that id.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[Any, list[Call]] = {}
+
+    def add(self, ctx: Any, call: Call) -> Callable[[], None]:
+        """Track `call`; returns the function that forgets it."""
+        key = coerce_request_id(ctx.request_id) if ctx.request_id is not None else None
+        self._calls.setdefault(key, []).append(call)
+
+        def forget() -> None:
+            calls = self._calls.get(key, [])
+            if call in calls:
+                calls.remove(call)
+            if not calls:
+                self._calls.pop(key, None)
+
+        return forget
+
+    async def cancelled(self, ctx: Any, params: types.CancelledNotificationParams) -> None:
+        if params.request_id is not None:
+            for call in self._calls.get(coerce_request_id(params.request_id), []):
+                call.stop.set()
 
 
 def build_server(engine: Engine) -> Server:
     """The MCP server with its five tools bound to `engine`."""
     specs = {spec.name: spec for spec in TOOLS}
     listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in TOOLS])
+    in_flight = InFlight()
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed
@@ -225,7 +286,12 @@ def build_server(engine: Engine) -> Server:
         try:
             engine.settings.check()  # a misconfigured server still serves, and says what to fix
             args = contracts.parse_args(spec.args, params.arguments)
-            payload = await spec.run(engine, args, Call(ctx))
+            call = Call(ctx)
+            forget = in_flight.add(ctx, call)
+            try:
+                payload = await spec.run(engine, args, call)
+            finally:
+                forget()
         except ListenError as exc:
             if not isinstance(exc, Cancelled):
                 log.info("%s failed: %s", spec.name, exc.code)
@@ -235,7 +301,7 @@ def build_server(engine: Engine) -> Server:
             return error_result(ListenError("Internal error in mcp-listen; the server log (stderr) has details."))
         return types.CallToolResult(content=_text(spec.text(payload)), structured_content=payload)
 
-    return Server(
+    server = Server(
         "mcp-listen",
         version=_package_version(),
         title="mcp-listen",
@@ -243,6 +309,8 @@ def build_server(engine: Engine) -> Server:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, in_flight.cancelled)
+    return server
 
 
 def _package_version() -> str:
@@ -261,4 +329,127 @@ async def serve_stdio(engine: Engine, stdin: Any = None) -> None:
 
     server = build_server(engine)
     async with stdio_server(stdin=stdin) as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        ledger = Ledger(on_eof=engine.shutdown.set)
+        reads, writes = LedgerReads(read_stream, ledger), LedgerWrites(write_stream, ledger)
+        await server.run(reads, writes, server.create_initialization_options())
+
+
+EOF_GRACE_S = 1.0
+"""How long, after stdin closes, the server waits for answers to requests already read.
+Recordings stop at EOF, so this only bounds a whisper.cpp call that cannot be interrupted;
+lifecycle's exit deadline (2 s after EOF) must stay above it."""
+
+NOT_INITIALIZED = "Not initialized: send initialize (then notifications/initialized) before {method}."
+
+
+class Ledger:
+    """Which requests read from the wire are still unanswered.
+
+    mcp 2.3's JSON-RPC dispatcher cancels every handler in flight the moment its read
+    stream ends (mcp/shared/jsonrpc_dispatcher.py, `run`: `tg.cancel_scope.cancel()`),
+    so a client that pipelines requests and closes stdin lost the answers still being
+    worked on (a `tools/call` written just before EOF went unanswered every time). The
+    read side therefore ends only once every request read has been answered, or after
+    EOF_GRACE_S. It also rewords the SDK's bare "Invalid request parameters" for a
+    request sent before `initialize` into what the client must do.
+    """
+
+    def __init__(self, on_eof: Callable[[], None]) -> None:
+        self.open: set[Any] = set()
+        self.early: dict[Any, str] = {}
+        self.initialize_seen = False
+        self.on_eof = on_eof
+
+    def inbound(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCRequest):
+            self.open.add(message.id)
+            if message.method == "initialize":
+                self.initialize_seen = True
+            elif not self.initialize_seen and message.method != "ping":
+                self.early[message.id] = message.method
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            self.open.discard((message.params or {}).get("requestId"))  # a cancelled request gets no answer
+
+    def reword(self, item: Any) -> Any:
+        """An answer on its way out: the init gate's error says what to do."""
+        message = item.message
+        method = self.early.pop(getattr(message, "id", None), None)
+        if method and isinstance(message, types.JSONRPCError) and message.error.code == types.INVALID_PARAMS:
+            message.error.message = NOT_INITIALIZED.format(method=method)
+        return item
+
+    def answered(self, item: Any) -> None:
+        """Called once the transport has taken the message: only then is a request answered."""
+        if isinstance(item.message, (types.JSONRPCResponse, types.JSONRPCError)):
+            self.open.discard(item.message.id)
+
+    async def drain(self) -> None:
+        """At EOF: stop the recordings, then wait (bounded) until every request read is answered."""
+        self.on_eof()
+        with anyio.move_on_after(EOF_GRACE_S):
+            while self.open:
+                await anyio.sleep(0.01)
+        if self.open:
+            log.warning("stdin closed; %d request(s) still unanswered after %.1f s", len(self.open), EOF_GRACE_S)
+
+
+class LedgerReads:
+    """The transport's read stream, recorded in the ledger; its end waits for the answers."""
+
+    def __init__(self, inner: Any, ledger: Ledger) -> None:
+        self.inner, self.ledger = inner, ledger
+
+    @property
+    def last_context(self) -> Any:  # the SDK restores each sender's contextvars from this
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            item = await self.inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            await self.ledger.drain()
+            raise anyio.EndOfStream from None
+        self.ledger.inbound(item)
+        return item
+
+    def __aiter__(self) -> "LedgerReads":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> "LedgerReads":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class LedgerWrites:
+    """The transport's write stream; every answer is struck from the ledger as it goes out."""
+
+    def __init__(self, inner: Any, ledger: Ledger) -> None:
+        self.inner, self.ledger = inner, ledger
+
+    async def send(self, item: Any) -> None:
+        await self.inner.send(self.ledger.reword(item))
+        self.ledger.answered(item)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> "LedgerWrites":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,10 +1,19 @@
-"""whisper.cpp transcription: find the model, prove the file is whole, load it once, transcribe.
+"""whisper.cpp transcription: find the model, prove it loads and runs here, load it once, transcribe.
 
 whisper.cpp does not fail cleanly on a bad file: a truncated or foreign file loads into a null
-context and the first transcription segfaults the whole server. So `validate_model_file` walks
-the GGML file the way whisper.cpp's loader does (header, mel filters, vocabulary, every tensor's
-name, shape and data size) with seeks only, before whisper.cpp ever sees it; and while loading
-we listen to whisper.cpp's own log for "failed to load model" as a second guard. At exit an
+context that segfaults at the first transcription, and files it half-accepts abort the whole
+process (GGML_ASSERT). `whisper_model` is caller input, so before whisper.cpp sees a file:
+
+- it is opened only if it is a regular file (O_NONBLOCK, then fstat on the descriptor): a FIFO
+  cannot block us, /proc/self/fd/N cannot read our own stdin;
+- ggml.py walks it the way this build's loader reads it (header values, every tensor's name,
+  shape and type, data inside the file), with seeks only;
+- the memory it needs is checked against what is available (MemAvailable, cgroup, RLIMIT_AS,
+  RLIMIT_DATA);
+- a probe process loads it and runs it once (whisper_probe.py): an abort kills the probe, not
+  the server; and the checks, the probe and the load all read the one open descriptor.
+
+While loading we still listen to whisper.cpp's log for "failed to load model". At exit an
 atexit hook aborts a running transcription and waits for it: whisper.cpp segfaults if the
 interpreter tears down while a thread is inside whisper.cpp.
 
@@ -15,18 +24,22 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import re
+import signal
+import stat
 import struct
+import subprocess
 import sys
 import threading
+import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from mcp_listen import ggml
 from mcp_listen.errors import Cancelled, TranscriptionError, command
 
 if TYPE_CHECKING:
@@ -35,28 +48,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
-GGML_MAGIC = b"lmgg"  # uint32 0x67676d6c written little-endian
 WHISPER_MIN_SAMPLES = SAMPLE_RATE * 11 // 10  # whisper.cpp skips input under 1 s (100 mel frames)
 MIN_SAMPLES = SAMPLE_RATE // 8  # whisper.cpp refuses < 100 ms and keeps stale segments; no word is shorter
 PEAK_TARGET = 0.9
 MAX_GAIN = 20.0
 HIGHPASS_HZ = 80.0
-
-# ggml tensor types whisper files use: type id -> (elements per block, bytes per block)
-GGML_TYPES = {
-    0: (1, 4),  # f32
-    1: (1, 2),  # f16
-    2: (32, 18),  # q4_0
-    3: (32, 20),  # q4_1
-    6: (32, 22),  # q5_0
-    7: (32, 24),  # q5_1
-    8: (32, 34),  # q8_0
-    10: (256, 84),  # q2_K
-    11: (256, 110),  # q3_K
-    12: (256, 144),  # q4_K
-    13: (256, 176),  # q5_K
-    14: (256, 210),  # q6_K
-}
 
 _MUSIC_SIGNS = "♪♫♬♩🎵🎶"
 _MARKERS = re.compile(r"\[[^\[\]]*\]|\([^()]*\)|（[^（）]*）|【[^【】]*】|\*[^*]*\*|[" + _MUSIC_SIGNS + "]")
@@ -151,8 +147,8 @@ def english_only_remedy(path: Path) -> str | None:
     Read from the GGML header (n_vocab follows the magic), not the name: a renamed file counts.
     Call after `validate_model_file`.
     """
-    with open(path, "rb") as f:
-        head = f.read(8)
+    with _opened(path) as model:
+        head = os.pread(model.fd, 8, 0)
     if len(head) < 8 or struct.unpack("<i", head[4:8])[0] > ENGLISH_ONLY_VOCAB:
         return None
     short = _short_name(path.name)
@@ -163,68 +159,148 @@ def english_only_remedy(path: Path) -> str | None:
     )
 
 
-# --------------------------------------------------------------------------- GGML validation
+# --------------------------------------------------------------------------- the model file
+
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO or device must not block the open
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+_PROC_FD = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
+_NOT_A_FILE = [
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+]
+ModelKey = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
-class _HParams:
-    n_vocab: int
-    n_audio_ctx: int
-    n_audio_state: int
-    n_audio_head: int
-    n_audio_layer: int
-    n_text_ctx: int
-    n_text_state: int
-    n_text_head: int
-    n_text_layer: int
-    n_mels: int
-    ftype: int
+class _ModelFile:
+    """A model file held open: every check, the probe and the load read this one file.
 
-
-class _Invalid(Exception):
-    """Internal: the file is not a loadable whisper.cpp model; args[0] says why."""
-
-
-_validated: dict[tuple[str, int, int], bool] = {}
-_validated_lock = threading.Lock()
-
-
-def validate_model_file(path: Path) -> None:
-    """Raise TranscriptionError unless whisper.cpp can load `path` without crashing.
-
-    Seeks through the whole file structure (a few ms for any size); the verdict is cached by
-    (path, size, mtime), so a re-downloaded file is checked again.
+    On Linux whisper.cpp opens /proc/self/fd/N, the very file we checked, so swapping the
+    name (a symlink, a rename) between the check and the load changes nothing.
     """
-    path = Path(path).expanduser()
+
+    path: Path
+    fd: int
+    st: os.stat_result
+
+    @property
+    def key(self) -> ModelKey:
+        return (self.st.st_dev, self.st.st_ino, self.st.st_size, self.st.st_mtime_ns)
+
+    @property
+    def loader_path(self) -> str:
+        return f"/proc/self/fd/{self.fd}" if _PROC_FD else str(self.path)
+
+    def still_named(self) -> bool:
+        """Where whisper.cpp opens by name (no /proc): is the name still this file?"""
+        if _PROC_FD:
+            return True
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == self.key
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[_ModelFile]:
+    """Open `path` if, and only if, it is a regular file; never blocks, never reads anything else.
+
+    A FIFO would block the open (and every read) forever, /proc/self/fd/0 is the server's own
+    stdin, a device may be endless: the type is checked by name first (so a device is not even
+    opened) and again on the open descriptor, which is what counts.
+    """
     try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise TranscriptionError(
-            f"Whisper model file {path} does not exist. Download it with: "
-            f"{command('models', 'pull', _short_name(path.name))}",
-            code="model_not_found",
-        ) from None
+        _refuse_special(path, os.stat(path))
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
-        raise TranscriptionError(f"Cannot read whisper model {path}: {exc.strerror}.", code="model_invalid") from None
-    if path.is_dir():
+        raise _os_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        _refuse_special(path, st)
+        yield _ModelFile(path, fd, st)
+    finally:
+        os.close(fd)
+
+
+def _refuse_special(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
         raise TranscriptionError(
             f"{path} is a folder, not a whisper model file. Point to a ggml-*.bin file.", code="model_invalid"
         )
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    with _validated_lock:
-        if key in _validated:
-            return
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _NOT_A_FILE if test(st.st_mode)), "not a regular file")
+        raise TranscriptionError(
+            f"{path} is {kind}, not a whisper model file; it was not read. "
+            f"whisper_model must name a regular ggml-*.bin file.",
+            code="model_invalid",
+        )
+
+
+def _os_error(path: Path, exc: OSError) -> TranscriptionError:
+    if isinstance(exc, FileNotFoundError):
+        return TranscriptionError(
+            f"Whisper model file {path} does not exist. Download it with: "
+            f"{command('models', 'pull', _short_name(path.name))}",
+            code="model_not_found",
+        )
+    hint = " Make it readable by this user, or use another model." if isinstance(exc, PermissionError) else ""
+    return TranscriptionError(f"Cannot read whisper model {path}: {exc.strerror}.{hint}", code="model_invalid")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+_walked: dict[ModelKey, ggml.Model] = {}
+_walked_lock = threading.Lock()
+
+
+def validate_model_file(path: Path, threads: int | None = None, *, probe_ahead: bool = False) -> None:
+    """Raise TranscriptionError unless this whisper.cpp build can load and run `path` here.
+
+    The file must be a regular file holding a whole, well-typed whisper model (ggml.py: a few
+    ms of seeks for any size, cached by device, inode, size and mtime, so a re-downloaded file
+    is checked again), and the memory it needs must be available now (never cached).
+    `probe_ahead` also starts the test load (_probe) in the background, for a caller that is
+    about to record: it then runs while nobody has spoken yet, not after.
+    """
+    with _opened(Path(path).expanduser()) as mf:
+        _check(mf, threads)
+        if probe_ahead and not _is_resident(mf.key):
+            _start_probe(mf)
+
+
+def _check(mf: _ModelFile, threads: int | None) -> ggml.Model:
+    model = _walk(mf)
+    _check_memory(mf, model, threads or _default_threads())
+    return model
+
+
+def _walk(mf: _ModelFile) -> ggml.Model:
+    with _walked_lock:
+        known = _walked.get(mf.key)
+    if known is not None:
+        return known
     try:
-        with open(path, "rb") as f:
-            _check_ggml(f, st.st_size)
-    except _Invalid as exc:
-        raise TranscriptionError(_invalid_message(path, str(exc)), code="model_invalid") from None
+        with open(mf.fd, "rb", closefd=False) as f:
+            f.seek(0)
+            model = ggml.read_model(f, mf.st.st_size)
+    except ggml.Invalid as exc:
+        raise TranscriptionError(_invalid_message(mf.path, str(exc)), code="model_invalid") from None
     except OSError as exc:
-        raise TranscriptionError(f"Cannot read whisper model {path}: {exc.strerror}.", code="model_invalid") from None
-    with _validated_lock:
-        if len(_validated) > 64:
-            _validated.clear()
-        _validated[key] = True
+        raise _os_error(mf.path, exc) from None
+    with _walked_lock:
+        if len(_walked) > 64:
+            _walked.clear()
+        _walked[mf.key] = model
+    return model
 
 
 def _invalid_message(path: Path, why: str) -> str:
@@ -234,166 +310,231 @@ def _invalid_message(path: Path, why: str) -> str:
     return f"{path} is not a usable whisper model: {why}. Replace it, or download one with: {pull}"
 
 
-def _read(f: BinaryIO, fmt: str) -> tuple[int, ...]:
-    size = struct.calcsize(fmt)
-    data = f.read(size)
-    if len(data) != size:
-        raise _Invalid("truncated or empty")
-    return struct.unpack(fmt, data)
+def _default_threads() -> int:
+    """Threads the estimate assumes when the caller does not say: the resident Transcriber's."""
+    live = [tr.threads for tr in list(_instances)]
+    return max(live) if live else max(1, min(4, os.cpu_count() or 1))
 
 
-def _check_ggml(f: BinaryIO, size: int) -> None:
-    """Walk the file like whisper.cpp's loader, reading headers and seeking over data."""
-    magic = f.read(4)
-    if len(magic) < 4:
-        raise _Invalid("truncated or empty")
-    if magic != GGML_MAGIC:
-        raise _Invalid(_foreign_format(magic + f.read(12)))
-    hp = _HParams(*_read(f, "<11i"))
-    _check_hparams(hp)
-    n_mel, n_fft = _read(f, "<2i")
-    if not (0 < n_mel <= 1024 and 0 < n_fft <= 4096):
-        raise _Invalid("not a whisper.cpp model (bad mel filter header)")
-    f.seek(n_mel * n_fft * 4, os.SEEK_CUR)
-    _skip_vocab(f)
-    expected = _expected_shapes(hp)
-    seen = _walk_tensors(f, size, expected)
-    if seen is not None and seen != set(expected):
-        missing = len(set(expected) - seen)
-        raise _Invalid(f"truncated: {missing} of {len(expected)} tensors are missing")
+# --------------------------------------------------------------------------- memory
 
 
-def _foreign_format(head: bytes) -> str:
-    if head.startswith(b"GGUF"):
-        return "not a whisper.cpp model (it is a GGUF file, e.g. an Ollama/llama.cpp model)"
-    if head.lstrip()[:1] in (b"<", b"{"):
-        return "not a whisper.cpp model (it is a text/HTML page, probably a failed download)"
-    return "not a whisper.cpp model (wrong magic bytes)"
+def _check_memory(mf: _ModelFile, model: ggml.Model, threads: int) -> None:
+    """Refuse a model whose load would fail for memory: whisper.cpp aborts the process then.
+
+    What this process already holds for another model counts as free (loading replaces it).
+    """
+    held = _held_by_others(mf.key)
+    if held is None:
+        return  # this very model is resident: nothing new to allocate
+    needs = ggml.memory_needed(model, threads)
+    for label, need, room in _memory_rooms(needs):
+        if need > room + getattr(held, _ROOM_KIND[label]):
+            raise TranscriptionError(
+                f"Whisper model {mf.path} needs about {need / 1e6:.0f} MB to load and run, but {label} "
+                f"leaves {max(room, 0) / 1e6:.0f} MB. Free memory or raise the limit, or use a smaller "
+                f"model (e.g. {command('models', 'pull', 'base.en')}).",
+                code="model_invalid",
+            )
 
 
-def _check_hparams(hp: _HParams) -> None:
-    limits = {
-        "n_vocab": 1 << 20,
-        "n_audio_ctx": 1 << 16,
-        "n_audio_state": 1 << 16,
-        "n_audio_head": 1 << 10,
-        "n_audio_layer": 1 << 10,
-        "n_text_ctx": 1 << 16,
-        "n_text_state": 1 << 16,
-        "n_text_head": 1 << 10,
-        "n_text_layer": 1 << 10,
-        "n_mels": 1 << 10,
-    }
-    for field_name, limit in limits.items():
-        if not 0 < getattr(hp, field_name) <= limit:
-            raise _Invalid(f"not a whisper.cpp model (implausible {field_name})")
-    if hp.ftype < 0:
-        raise _Invalid("not a whisper.cpp model (bad ftype)")
+_ROOM_KIND = {
+    "available memory (MemAvailable)": "resident",
+    "the cgroup memory limit (memory.max)": "resident",
+    "the address-space limit (RLIMIT_AS, ulimit -v)": "address",
+    "the data limit (RLIMIT_DATA, ulimit -d)": "data",
+}
 
 
-def _skip_vocab(f: BinaryIO) -> None:
-    """Skip `count` length-prefixed tokens, parsing a buffer instead of 50k tiny reads."""
-    (count,) = _read(f, "<i")
-    if not 0 <= count <= 1 << 20:
-        raise _Invalid("not a whisper.cpp model (bad vocabulary size)")
-    buf, off = b"", 0
-    for _ in range(count):
-        if off + 4 > len(buf):
-            buf, off = _refill(f, buf, off, 4)
-        length = int.from_bytes(buf[off : off + 4], "little", signed=True)
-        if not 0 <= length <= 1 << 16:
-            raise _Invalid("not a whisper.cpp model (bad vocabulary entry)")
-        if off + 4 + length > len(buf):
-            buf, off = _refill(f, buf, off, 4 + length)
-        off += 4 + length
-    f.seek(off - len(buf), os.SEEK_CUR)
+def _is_resident(key: ModelKey) -> bool:
+    return any(tr._key == key and tr._model is not None for tr in list(_instances))
 
 
-def _refill(f: BinaryIO, buf: bytes, off: int, need: int) -> tuple[bytes, int]:
-    more = f.read(max(1 << 20, need))
-    buf = buf[off:] + more
-    if len(buf) < need:
-        raise _Invalid("truncated in the vocabulary")
-    return buf, 0
-
-
-def _walk_tensors(f: BinaryIO, size: int, expected: dict[str, tuple[int, int, int]]) -> set[str] | None:
-    """Check every tensor header and that its data fits; None if an unknown type stopped the walk."""
-    seen: set[str] = set()
-    while True:
-        head = f.read(12)
-        if len(head) < 12:  # whisper.cpp stops at end of file, as here
-            return seen
-        n_dims, name_len, ttype = struct.unpack("<3i", head)
-        if not (1 <= n_dims <= 3 and 0 < name_len <= 256):
-            raise _Invalid("corrupt tensor header")
-        dims = _read(f, f"<{n_dims}i")
-        name = f.read(name_len).decode("utf-8", "replace")
-        _check_tensor(name, dims, expected, seen)
-        if ttype not in GGML_TYPES:
-            log.debug("unknown ggml tensor type %d: stopping the model check early", ttype)
+def _held_by_others(key: ModelKey) -> ggml.Needs | None:
+    """Memory resident models of this process hold (None if `key` itself is resident)."""
+    total = ggml.Needs(0, 0, 0)
+    for tr in list(_instances):
+        if tr._key == key and tr._model is not None:
             return None
-        end = f.tell() + _tensor_bytes(dims, ttype)
-        if end > size:
-            raise _Invalid("truncated")
-        f.seek(end)
+        if tr._needs is not None:
+            total = ggml.Needs(*(a + b for a, b in zip(vars(total).values(), vars(tr._needs).values())))
+    return total
 
 
-def _check_tensor(name: str, dims: tuple[int, ...], expected: dict[str, tuple[int, int, int]], seen: set[str]) -> None:
-    shape = (tuple(dims) + (1, 1, 1))[:3]
-    if name not in expected or name in seen:
-        raise _Invalid(f"unexpected tensor {name!r}")
-    if shape != expected[name]:
-        raise _Invalid(f"tensor {name!r} has shape {list(shape)}, expected {list(expected[name])}")
-    seen.add(name)
+def _memory_rooms(needs: ggml.Needs) -> list[tuple[str, int, int]]:
+    """(what limits us, bytes needed against it, bytes it leaves) for each limit that applies."""
+    labels = list(_ROOM_KIND)
+    rooms = [
+        (labels[0], needs.resident, _meminfo_available()),
+        (labels[1], needs.resident, _cgroup_room()),
+        (labels[2], needs.address, _rlimit_room("RLIMIT_AS", "VmSize")),
+        (labels[3], needs.data, _rlimit_room("RLIMIT_DATA", "VmData")),
+    ]
+    return [(label, need, room) for label, need, room in rooms if room is not None]
 
 
-def _tensor_bytes(dims: tuple[int, ...], ttype: int) -> int:
-    block, block_bytes = GGML_TYPES[ttype]
-    if any(d <= 0 for d in dims) or dims[0] % block:
-        raise _Invalid("corrupt tensor dimensions")
-    return math.prod(dims) // block * block_bytes
+def _proc_kb(path: str, field: str) -> int | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
-def _expected_shapes(hp: _HParams) -> dict[str, tuple[int, int, int]]:
-    """Every tensor whisper.cpp requires, with its ggml shape (ne0, ne1, ne2)."""
-    a, t = hp.n_audio_state, hp.n_text_state
-    shapes: dict[str, tuple[int, ...]] = {
-        "encoder.positional_embedding": (a, hp.n_audio_ctx),
-        "encoder.conv1.weight": (3, hp.n_mels, a),
-        "encoder.conv1.bias": (1, a),
-        "encoder.conv2.weight": (3, a, a),
-        "encoder.conv2.bias": (1, a),
-        "encoder.ln_post.weight": (a,),
-        "encoder.ln_post.bias": (a,),
-        "decoder.positional_embedding": (t, hp.n_text_ctx),
-        "decoder.token_embedding.weight": (t, hp.n_vocab),
-        "decoder.ln.weight": (t,),
-        "decoder.ln.bias": (t,),
-    }
-    for i in range(hp.n_audio_layer):
-        shapes.update(_block_shapes(f"encoder.blocks.{i}", a, cross=False))
-    for i in range(hp.n_text_layer):
-        shapes.update(_block_shapes(f"decoder.blocks.{i}", t, cross=True))
-    return {k: (v + (1, 1, 1))[:3] for k, v in shapes.items()}  # type: ignore[misc]
+def _meminfo_available() -> int | None:
+    return _proc_kb("/proc/meminfo", "MemAvailable")
 
 
-def _block_shapes(prefix: str, d: int, *, cross: bool) -> dict[str, tuple[int, ...]]:
-    out: dict[str, tuple[int, ...]] = {}
-    norms = ["attn_ln", "mlp_ln"] + (["cross_attn_ln"] if cross else [])
-    for norm in norms:
-        out[f"{prefix}.{norm}.weight"] = (d,)
-        out[f"{prefix}.{norm}.bias"] = (d,)
-    for attn in ["attn"] + (["cross_attn"] if cross else []):
-        for proj in ("query", "key", "value", "out"):
-            out[f"{prefix}.{attn}.{proj}.weight"] = (d, d)
-            if proj != "key":  # whisper has no key bias
-                out[f"{prefix}.{attn}.{proj}.bias"] = (d,)
-    out[f"{prefix}.mlp.0.weight"] = (d, 4 * d)
-    out[f"{prefix}.mlp.0.bias"] = (4 * d,)
-    out[f"{prefix}.mlp.2.weight"] = (4 * d, d)
-    out[f"{prefix}.mlp.2.bias"] = (d,)
-    return out
+def _rlimit_room(limit_name: str, status_field: str) -> int | None:
+    """Bytes left under a soft resource limit: the limit minus what this process maps already."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    soft, _ = resource.getrlimit(getattr(resource, limit_name))
+    used = _proc_kb("/proc/self/status", status_field)
+    if soft == resource.RLIM_INFINITY or used is None:
+        return None
+    return soft - used
+
+
+def _cgroup_room() -> int | None:
+    """memory.max minus memory.current of this process's cgroup (v2), if one is set."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next(line.split(":", 2)[2].strip() for line in f if line.startswith("0::"))
+        base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+        limit = (base / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int((base / "memory.current").read_text())
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+# --------------------------------------------------------------------------- the probe
+
+
+PROBE_SCRIPT = Path(__file__).with_name("whisper_probe.py")
+PROBE_EXIT_REFUSED = 3
+
+
+@dataclass
+class _ProbeRun:
+    """One probe of one file: started ahead (while the user is still to speak) or by the load."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+_probes: dict[ModelKey, _ProbeRun] = {}
+_probes_lock = threading.Lock()
+
+
+def _probe(mf: _ModelFile) -> None:
+    """Load and run the model once in a child process before this process does.
+
+    whisper.cpp answers many bad inputs with abort(): a file our checks missed, or memory that
+    ran out anyway, would kill the server with everything it was doing. The child opens the
+    same file (the descriptor is passed down), keeps this process's memory headroom under its
+    resource limits, loads, transcribes 1 s of silence and exits; its exit status is the
+    verdict. A pass is remembered per file (device, inode, size, mtime); a failure is reported
+    once, then forgotten (memory may be free next time).
+    """
+    run = _start_probe(mf)
+    run.done.wait()
+    if run.error is not None:
+        with _probes_lock:
+            if _probes.get(mf.key) is run:
+                del _probes[mf.key]
+        raise TranscriptionError(run.error, code="model_invalid")
+
+
+def _probe_settled(key: ModelKey) -> None:
+    """Wait for a probe of this file that is running (started ahead), if any."""
+    with _probes_lock:
+        run = _probes.get(key)
+    if run is not None:
+        run.done.wait()
+
+
+def _start_probe(mf: _ModelFile) -> _ProbeRun:
+    """The probe of this file: the one already running or passed, else a new one in a thread."""
+    with _probes_lock:
+        run = _probes.get(mf.key)
+        if run is not None and run.error is None:
+            return run
+        run = _probes[mf.key] = _ProbeRun()
+    own = _ModelFile(mf.path, os.dup(mf.fd), mf.st)  # the thread's own descriptor of the same file
+    threading.Thread(target=_run_probe, args=(own, run), name="mcp-listen-probe", daemon=True).start()
+    return run
+
+
+def _run_probe(mf: _ModelFile, run: _ProbeRun) -> None:
+    started = time.monotonic()
+    try:
+        _whisper_module()  # mapped here first, so the headroom handed down is what the load will have
+        proc = subprocess.Popen(
+            [sys.executable, "-I", str(PROBE_SCRIPT), str(mf.fd), mf.loader_path, *_probe_rooms()],
+            stdin=subprocess.DEVNULL,  # never the server's stdin (the MCP wire)
+            stdout=subprocess.DEVNULL,  # nor its stdout
+            stderr=subprocess.PIPE,
+            pass_fds=(mf.fd,),
+        )
+        err = _wait_probe(proc, timeout=PROBE_TIMEOUT_S + mf.st.st_size / PROBE_READ_BYTES_S)
+        if proc.returncode != 0:
+            run.error = _probe_message(mf.path, proc.returncode, err)
+    except (OSError, TranscriptionError) as exc:
+        run.error = f"Cannot test-load whisper model {mf.path}: {exc}"
+    finally:
+        os.close(mf.fd)
+        log.debug("whisper probe of %s: %s after %.0f ms", mf.path.name, run.error or "ok", _ms_since(started))
+        run.done.set()
+
+
+PROBE_TIMEOUT_S = 30.0
+PROBE_READ_BYTES_S = 20e6  # a 3 GB large model read from a slow disk still gets its time
+
+
+def _probe_rooms() -> list[str]:
+    """This process's headroom under RLIMIT_AS and RLIMIT_DATA, for the probe to keep ("-1": none)."""
+    rooms = (_rlimit_room("RLIMIT_AS", "VmSize"), _rlimit_room("RLIMIT_DATA", "VmData"))
+    return [str(-1 if room is None else max(room, 0)) for room in rooms]
+
+
+def _wait_probe(proc: subprocess.Popen, timeout: float) -> str:
+    """The probe's stderr once it ended; killed at the timeout or when this process exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, err = proc.communicate(timeout=0.1)
+            return err.decode("utf-8", "replace")
+        except subprocess.TimeoutExpired:
+            if _exiting.is_set() or time.monotonic() > deadline:
+                proc.kill()
+                _, err = proc.communicate()
+                return err.decode("utf-8", "replace") + "\n(stopped: took too long)"
+
+
+def _probe_message(path: Path, status: int, err: str) -> str:
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    detail = lines[-1][:300] if lines else "no message"
+    pull = command("models", "pull", _short_name(path.name))
+    if status == PROBE_EXIT_REFUSED:
+        return f"whisper.cpp cannot load {path}: {detail}. Replace it, or download one with: {pull}"
+    signalled = status < 0 and -status in signal.valid_signals()
+    how = f"signal {signal.Signals(-status).name}" if signalled else f"exit {status}"
+    return (
+        f"whisper.cpp crashed ({how}: {detail}) loading {path} in a test process, so this server did not "
+        f"load it. If memory is short, free some or use a smaller model; else replace the file: {pull}"
+    )
+
+
+def _ms_since(started: float) -> float:
+    return (time.monotonic() - started) * 1000
 
 
 # --------------------------------------------------------------------------- audio and text
@@ -513,7 +654,8 @@ class Transcriber:
         self.threads = max(1, int(threads))
         self._lock = threading.RLock()
         self._model: Any = None
-        self._key: tuple[str, int, int] | None = None
+        self._key: ModelKey | None = None
+        self._needs: ggml.Needs | None = None
         self._path: Path | None = None
         self._multilingual = False
         _instances.add(self)
@@ -524,22 +666,29 @@ class Transcriber:
         return self._path
 
     def load(self, path: Path) -> None:
-        """Validate then load `path` (no-op if already resident); releases any other model."""
+        """Check, probe, then load `path` (no-op if already resident); releases any other model.
+
+        One open descriptor serves the checks, the probe and the load (see _ModelFile).
+        """
         path = Path(path).expanduser()
-        with self._lock:
-            validate_model_file(path)
-            st = path.stat()
-            key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-            if self._model is not None and self._key == key:
+        with self._lock, _opened(path) as mf:
+            if self._model is not None and self._key == mf.key:
+                self._path = path  # the same file (device, inode, size, mtime), perhaps by another name
                 return
+            model = _walk(mf)
+            _probe_settled(mf.key)  # a probe started ahead holds memory the check below must not miss
+            _check_memory(mf, model, self.threads)
+            pw = _whisper_module()  # before the probe: its headroom is measured with whisper.cpp mapped
             self.unload()
-            self._model, self._multilingual = _load_model(path, self.threads)
-            self._key, self._path = key, path
+            _probe(mf)
+            self._model, self._multilingual = _load_model(pw, mf, self.threads)
+            self._key, self._path = mf.key, path
+            self._needs = ggml.memory_needed(model, self.threads)
 
     def unload(self) -> None:
         """Free the resident model's memory."""
         with self._lock:
-            self._model, self._key, self._path = None, None, None
+            self._model, self._key, self._path, self._needs = None, None, None, None
 
     def transcribe(self, audio_float32: Any, *, path: Path, **options: Any) -> str:
         """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio)."""
@@ -703,32 +852,37 @@ def _language(pw: Any, language: str | None, multilingual: bool) -> str:
     return lang
 
 
-def _load_model(path: Path, threads: int) -> tuple[Any, bool]:
-    """Load a whisper.cpp context; whisper.cpp's log tells whether it is usable."""
+def _whisper_module() -> Any:
     try:
         import _pywhispercpp as pw
     except ImportError as exc:
         raise TranscriptionError(
-            f"Cannot load {path.name}: pywhispercpp is not installed ({exc}). Reinstall mcp-listen.",
+            f"Cannot load whisper.cpp: pywhispercpp is not installed ({exc}). Reinstall mcp-listen.",
             code="model_load_failed",
         ) from exc
+    return pw
+
+
+def _load_model(pw: Any, mf: _ModelFile, threads: int) -> tuple[Any, bool]:
+    """Load a whisper.cpp context from the open file; whisper.cpp's log tells whether it is usable."""
+    name = mf.path.name
     try:
         with _whisper_log(pw) as lines:
-            model = _Whisper(pw, path)
-            failed = _failures(lines)
+            model = _Whisper(pw, mf.loader_path)
+            failed = _failures(lines) or ([] if mf.still_named() else ["the file changed while it was loading"])
             if failed:
                 del model  # frees the (null) context while whisper.cpp's log is still captured
     except Exception as exc:
         raise TranscriptionError(
-            f"Cannot load whisper model {path.name}: {type(exc).__name__}: {exc}", code="model_load_failed"
+            f"Cannot load whisper model {name}: {type(exc).__name__}: {exc}", code="model_load_failed"
         ) from exc
     if failed:
         raise TranscriptionError(
-            f"Cannot load whisper model {path.name}: {failed[0]}. Re-download it with: "
-            f"{command('models', 'pull', _short_name(path.name))}",
+            f"Cannot load whisper model {name}: {failed[0]}. Re-download it with: "
+            f"{command('models', 'pull', _short_name(name))}",
             code="model_load_failed",
         )
-    log.info("whisper model %s loaded (%d threads)", path.name, threads)
+    log.info("whisper model %s loaded (%d threads)", name, threads)
     return model, bool(pw.whisper_is_multilingual(model.ctx))
 
 
@@ -739,9 +893,9 @@ class _Whisper:
     download helpers (+6 MB resident, measured), and it drops whisper_full's status code.
     """
 
-    def __init__(self, pw: Any, path: Path) -> None:
+    def __init__(self, pw: Any, path: str) -> None:
         self._pw = pw
-        self.ctx = pw.whisper_init_from_file_with_params(str(path.resolve()), pw.whisper_context_default_params())
+        self.ctx = pw.whisper_init_from_file_with_params(path, pw.whisper_context_default_params())
         self.params = pw.whisper_full_default_params(pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
 
     def transcribe(self, audio: "np.ndarray", abort: Callable[[], bool], **params: Any) -> list[str]:

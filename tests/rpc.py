@@ -149,3 +149,22 @@ def structured(result: Any) -> dict[str, Any]:
     """Structured content of an SDK CallToolResult, checked against its one text block."""
     assert len(result.content) == 1 and result.content[0].type == "text"
     return result.structured_content
+
+
+def error_of(result: Any) -> dict[str, Any]:
+    """The JSON block of an error result (an SDK CallToolResult or a raw wire `result` dict):
+    `{"error": {stage, code, message}, ...}`, checked against the wire shape every client sees —
+    isError, no structuredContent, text blocks "Error: <message>" then the JSON."""
+    if isinstance(result, dict):
+        is_error, content = result.get("isError"), result["content"]
+        assert "structuredContent" not in result, "an error result must not carry structuredContent"
+        texts = [(block["type"], block.get("text")) for block in content]
+    else:
+        is_error, content = result.is_error, result.content
+        assert result.structured_content is None, "an error result must not carry structuredContent"
+        texts = [(block.type, getattr(block, "text", None)) for block in content]
+    assert is_error is True, texts
+    assert [kind for kind, _ in texts] == ["text", "text"], texts
+    sentence, payload = texts[0][1], json.loads(texts[1][1])
+    assert sentence == f"Error: {payload['error']['message']}", (sentence, payload)
+    return payload

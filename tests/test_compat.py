@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from fake_ollama import refused_url
-from rpc import RawServer, mcp_client, server_env
+from rpc import RawServer, error_of, mcp_client, server_env
 from test_pipeline import QUESTION, call_while_playing, spoken, wer
 
 pytestmark = pytest.mark.anyio
@@ -28,18 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def error_payload(result: Any) -> dict[str, Any]:
-    """The machine-readable part of an error result: the JSON object that carries `error`."""
-    assert result.is_error
-    if result.structured_content and "error" in result.structured_content:
-        return result.structured_content
-    for block in result.content:
-        try:
-            data = json.loads(block.text)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "error" in data:
-            return data
-    raise AssertionError(f"no error object in {result.content!r}")
+    """The machine-readable part of an error result (checked against the wire shape)."""
+    return error_of(result)
 
 
 @pytest.fixture
@@ -247,12 +237,21 @@ async def test_model_files_are_found_where_the_node_edition_finds_them(vmic, tmp
     assert wer(sentence, result.structured_content["transcription"]) <= 0.3
 
 
-@pytest.mark.parametrize("name", ["~nosuchuser-mcp-listen/ggml-x.bin", "~nosuchuser-mcp-listen"])
-async def test_a_home_folder_of_nobody_is_a_named_error(vmic, tmp_path, name):
+@pytest.mark.parametrize(
+    "name,code,says",
+    [
+        ("~nosuchuser-mcp-listen/ggml-x.bin", "model_not_found", "no such user"),
+        ("~nosuchuser-mcp-listen", "model_not_found", "no such user"),
+        ("/tmp/" + "d" * 300 + "/ggml-x.bin", "model_unreadable", "Cannot look for the whisper model"),
+    ],
+)
+async def test_paths_the_system_cannot_look_into_are_named_errors(vmic, tmp_path, name, code, says):
+    """Not internal_error: a home folder of nobody, a path the OS refuses to look up (as root no
+    folder is unreadable, so a name too long for the file system stands in for EACCES)."""
     async with mcp_client(base_env(vmic, tmp_path)) as client:
         result = await client.call_tool("transcribe_voice", {"whisper_model": name})
     error = error_payload(result)["error"]
-    assert error["code"] == "model_not_found" and "no such user" in error["message"]
+    assert error["code"] == code and says in error["message"]
 
 
 async def test_a_prompt_of_32000_characters_reaches_ollama(vmic, tmp_path, models, ollama):

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_ollama import refused_url
-from rpc import server_env
+from rpc import error_of, server_env
 from test_reliability import assert_only_json_rpc, files_in, wire
 from vmic import env_no_input_devices
 
@@ -40,7 +40,18 @@ FIELDS = {
     "transcribe_voice": [*RECORDING, "whisper_model", "language"],
     "voice_query": [*RECORDING, "whisper_model", "language", "model", "prompt"],
 }
-LANGUAGE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z]{2,4})?|auto")
+LANGUAGE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,4})?|auto")
+
+
+def _whisper_codes() -> set[str]:
+    """The language codes whisper.cpp itself lists (its own table, not mcp-listen's)."""
+    import _pywhispercpp as pw
+
+    return {pw.whisper_lang_str(i) for i in range(pw.whisper_lang_max_id() + 1)}
+
+
+WHISPER_CODES = _whisper_codes()
+LANGUAGE_NAMES = ["english", "Portuguese", "GERMAN", "castilian", "klingon", "portugese"]
 
 
 # ============================================================================ the contract, modelled
@@ -69,15 +80,32 @@ def _text(value: Any, low: int, high: int) -> bool:
     return isinstance(value, str) and low <= len(value) <= high and _utf8(value)
 
 
+def _blank(value: Any) -> bool:
+    """An empty (or all-blank) string means "the default", as in the Node edition."""
+    return isinstance(value, str) and not value.strip() and _utf8(value)
+
+
+def _language(value: Any) -> bool:
+    """A whisper code (region tags allowed), one of the names the contract lists, or auto."""
+    if not isinstance(value, str) or len(value) > 32:
+        return False
+    if _blank(value):
+        return True
+    if value.lower() in ("english", "portuguese", "german", "castilian"):
+        return True
+    code = value.lower().replace("_", "-").split("-", 1)[0]
+    return LANGUAGE.fullmatch(value) is not None and (code in WHISPER_CODES or value.lower() == "auto")
+
+
 VALID = {
     "duration_ms": lambda v: _whole(v, 100, 30000),
     "silence_ms": lambda v: _whole(v, 100, 10000),
     "device": lambda v: _whole(v, 0) or _text(v, 1, 512),
     "stop_on_silence": lambda v: isinstance(v, bool),
-    "whisper_model": lambda v: _text(v, 1, 1024),
-    "language": lambda v: isinstance(v, str) and LANGUAGE.fullmatch(v) is not None,
-    "model": lambda v: _text(v, 1, 200),
-    "prompt": lambda v: _text(v, 0, 8000),
+    "whisper_model": lambda v: _blank(v) or _text(v, 1, 1024),
+    "language": _language,
+    "model": lambda v: _blank(v) or _text(v, 1, 200),
+    "prompt": lambda v: _text(v, 0, 100_000),
 }
 
 
@@ -131,9 +159,10 @@ NEAR_VALID = {
     "device": st.integers(-3, 10**20) | st.text(max_size=600),
     "stop_on_silence": st.booleans(),
     "whisper_model": st.text(max_size=1100),
-    "language": st.from_regex(LANGUAGE, fullmatch=True) | st.text(max_size=12),
+    "language": st.from_regex(LANGUAGE, fullmatch=True) | st.sampled_from(sorted(WHISPER_CODES))
+    | st.sampled_from(LANGUAGE_NAMES) | st.text(max_size=12),
     "model": st.text(max_size=210),
-    "prompt": st.text(max_size=30) | st.integers(7995, 8005).map(lambda n: "p" * n),
+    "prompt": st.text(max_size=30) | st.integers(99_995, 100_005).map(lambda n: "p" * n),
 }
 
 
@@ -189,7 +218,7 @@ def server(vmic, tmp_path_factory, model_path) -> Any:
 
 def check(server: InMemory, tool: str, args: dict[str, Any]) -> None:
     result = server.call(tool, args)
-    data = result.structured_content or {}
+    data = error_of(result) if result.is_error else result.structured_content
     code = (data.get("error") or {}).get("code")
     bad = offenders(tool, as_sent(args))
     assert code != "internal_error", (tool, args, data)
@@ -224,6 +253,8 @@ def test_the_model_of_the_contract_is_not_trivial():
     assert offenders("capture_audio", {"silence_ms": 500}) == {"silence_ms"}
     assert offenders("voice_query", {"silence_ms": 500, "language": "en-US"}) == set()
     assert offenders("voice_query", {"language": "en\n"}) == {"language"}
+    assert offenders("voice_query", {"language": "xx", "whisper_model": ""}) == {"language"}
+    assert offenders("voice_query", {"language": "Portuguese", "model": " ", "prompt": "p" * 32000}) == set()
     assert offenders("get_status", {"x": None}) == {"x"}
     assert as_sent({"duration_ms": float("nan")}) == {"duration_ms": None}
 
@@ -276,12 +307,12 @@ def test_raw_lines_no_sdk_client_would_send(tmp_path):
         w.server.proc.stdin.flush()
         for name, (_, culprit) in RAW.items():
             result = w.wait(ids[name], 30)["result"]
-            error = result["structuredContent"]["error"]
+            error = error_of(result)["error"]
             assert result["isError"] and error["code"] == "invalid_argument", (name, error)
             assert culprit in error["message"], (name, error)
         for request_id in (902, 903, 904, 907):
             assert "error" in w.wait(request_id, 30), request_id
-        device = w.wait(905, 30)["result"]["structuredContent"]["error"]["code"]
+        device = error_of(w.wait(905, 30)["result"])["error"]["code"]
         assert device in ("no_input_device", "device_not_found")
         status = w.status()
         assert status["recording"] is False

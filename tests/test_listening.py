@@ -13,8 +13,8 @@ from test_pipeline import call_while_playing, wer
 
 pytestmark = pytest.mark.anyio
 
-FIRST = "I went to the store to buy some bread and some milk"
-SECOND = "because we had nothing left for breakfast."
+FIRST = "I went to the store to buy some bread and some milk for the"
+SECOND = "children, because we had nothing left for breakfast."
 
 
 async def test_a_pause_inside_a_sentence_is_not_a_sentence_break(vmic, tmp_path, model_path):
@@ -27,4 +27,4 @@ async def test_a_pause_inside_a_sentence_is_not_a_sentence_break(vmic, tmp_path,
     assert not result.is_error, result.content[0].text
     text = result.structured_content["transcription"]
     assert wer(f"{FIRST} {SECOND}", text) <= 0.35, text
-    assert not re.search(r"milk\s*[.!?]", text, re.IGNORECASE), text
+    assert not re.search(r"\bthe\s*[.!?]", text, re.IGNORECASE), text

@@ -14,6 +14,7 @@ from fake_ollama import FakeOllama, refused_url
 from mcp_listen import llm
 from mcp_listen.config import normalize_ollama_host
 from mcp_listen.errors import LLMError
+from rpc import error_of
 
 
 @pytest.fixture
@@ -303,7 +304,7 @@ SECRET_HOST_PARTS = ("alice", "s3cr")
 def _server_error(result: dict) -> dict:
     """The error of a failed tool result: the one place that knows the wire shape of errors."""
     assert result.get("isError"), result
-    return result["structuredContent"]["error"]
+    return error_of(result)["error"]
 
 
 def _tcp_sockets(pid: int) -> int:
@@ -373,14 +374,14 @@ def test_misbehaving_ollama_cannot_hold_threads_sockets_memory_or_secrets(vmic, 
             assert max(len(line) for line in w.server.lines) < 64 * 1024
             assert fake.sent < 32 * 1024 * 1024
 
-            fake.mode, fake.redirect_to = "redirect", target.url
-            result, _ = _voice_query(w, vmic, model_path, model="llama3; rm -rf ~")
+            fake.mode, fake.redirect_to = "redirect", target.url  # llama3.2 passed the pre-check: it is cached
+            result, _ = _voice_query(w, vmic, model_path)
             assert _server_error(result)["code"] == "ollama_redirect"
             assert target.paths == [], "the redirect target received the transcript"
 
-            fake.mode = "404"
-            result, _ = _voice_query(w, vmic, model_path, model="llama3; rm -rf ~")
-            assert "ollama pull 'llama3; rm -rf ~'" in _server_error(result)["message"]
+            fake.mode = "ok"  # a model Ollama lacks is named before recording, quoted for the shell
+            reply = w.wait(w.start("voice_query", {"whisper_model": str(model_path), "model": "llama3; rm -rf ~"})["id"], 30)
+            assert "ollama pull 'llama3; rm -rf ~'" in _server_error(reply["result"])["message"]
 
             assert _until(lambda: _tcp_sockets(pid) <= sockets, 5), f"{_tcp_sockets(pid)} TCP sockets, {sockets} before"
             assert _until(lambda: _threads(pid) <= threads, 5), f"{_threads(pid)} threads, {threads} before"

@@ -196,7 +196,8 @@ def test_wheel_contents(dist):
     assert f"Version: {__version__}\n" in metadata
     assert "Requires-Python: >=3.10" in metadata
     assert f"mcp-name: {REGISTRY_NAME}" in metadata  # the README is the PyPI description the registry reads
-    for dependency in ("mcp", "sounddevice", "numpy", "onnxruntime", "pywhispercpp", "ollama", "pydantic"):
+    for dependency in ("mcp", "sounddevice", "numpy", "onnxruntime", "pywhispercpp", "pydantic", "anyio", "httpx",
+                       "certifi", "soxr", "tqdm"):
         (line,) = re.findall(rf"^Requires-Dist: {dependency}[<>=].*$", metadata, flags=re.M)
         assert "<" in line and ">=" in line, line  # bounded: a new major version cannot break users
     assert "mcp-listen = mcp_listen.cli:main" in entry_points

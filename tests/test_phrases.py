@@ -156,7 +156,9 @@ def test_a_speculation_overtaken_by_more_speech_is_dropped_and_aborted():
         (["we desire and crease.", "that thereby beauty's rose"], "we desire and crease that thereby beauty's rose"),
         (["It rained.", "Then it stopped."], "It rained. Then it stopped."),
         (["Is it?", "yes"], "Is it? yes"),
-        (["Wait...", "and then"], "Wait... and then"),
+        (["for the...", "children"], "for the children"),
+        (["Wait…", "and then"], "Wait and then"),
+        (["It ended...", "Then more"], "It ended... Then more"),
         (["", "  words "], "words"),
     ],
 )

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 import audio_assets as A
-from rpc import RawServer, mcp_client, server_env, tool_call
+from rpc import RawServer, error_of, mcp_client, server_env, tool_call
 from test_server import wait_until_recording
 
 pytestmark = pytest.mark.anyio
@@ -137,7 +137,7 @@ async def test_transcription_failure_is_an_error_and_the_server_lives_on(env, vm
         result = await client.call_tool("voice_query", {"whisper_model": str(bad)})
         alive = await client.call_tool("get_status", {})
     assert result.is_error
-    data = result.structured_content
+    data = error_of(result)
     assert set(data) == {"error"}
     error = data["error"]
     assert error["stage"] == "transcription"
@@ -170,7 +170,7 @@ async def test_ollama_failures(vmic, rec_dir, ollama, model_path, mode, code):
             client, vmic, "voice_query", {"whisper_model": str(model_path), "model": "llama3.2"}, spoken(QUESTION)
         )
     assert result.is_error
-    data = result.structured_content
+    data = error_of(result)
     assert data["error"]["stage"] == "llm" and data["error"]["code"] == code
     if mode == "404":
         assert "ollama pull llama3.2" in data["error"]["message"]
@@ -196,7 +196,7 @@ async def test_transcribe_voice_outcomes(env, vmic, ollama, model_path):
     assert data["stopped_by"] == "silence" and data["language"] == "en" and data["duration_ms"] > 1000
     nw = no_words.structured_content
     assert nw["transcription"] is None and nw["speech_detected"] is True and "message" in nw
-    assert failed.is_error and failed.structured_content["error"]["stage"] == "transcription"
+    assert failed.is_error and error_of(failed)["error"]["stage"] == "transcription"
     assert not ollama.requests, "transcribe_voice never talks to Ollama"
 
 

@@ -15,7 +15,7 @@ import pytest
 import audio_assets as A
 import dns_sink
 import rpc
-from rpc import server_env
+from rpc import error_of, server_env
 from test_reliability import assert_only_json_rpc, files_in, wire
 
 SAID = "purple giraffes are dancing in zanzibar tonight"
@@ -198,7 +198,7 @@ def test_a_default_folder_planted_by_someone_else_is_refused(vmic, tmp_path, pla
     with wire(env) as w:
         result = w.call("capture_audio", {"duration_ms": 300})
         assert w.status()["recording"] is False
-    error = result["structuredContent"]["error"]
+    error = error_of(result)["error"]
     assert result["isError"] and error["code"] == "storage_error", error
     assert "MCP_LISTEN_RECORDINGS_DIR" in error["message"]
     assert files_in(target) == []

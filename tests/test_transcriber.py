@@ -129,10 +129,7 @@ def test_background_load_then_transcribe_waits(model_path: Path, jfk: np.ndarray
 
 def test_loading_another_model_replaces_the_first(model_path: Path, tmp_path: Path, jfk: np.ndarray) -> None:
     other = tmp_path / "ggml-other.bin"
-    try:
-        os.link(model_path, other)
-    except OSError:
-        shutil.copyfile(model_path, other)
+    shutil.copyfile(model_path, other)  # a copy: a hard link is the same file (same inode), kept loaded
     tr = T.Transcriber(threads=2)
     start = time.perf_counter()
     tr.load(model_path)
@@ -243,7 +240,7 @@ def _invalid(path: Path) -> TranscriptionError:
 
 
 def test_real_model_validates_quickly(model_path: Path) -> None:
-    T._validated.clear()
+    T._walked.clear()
     start = time.perf_counter()
     T.validate_model_file(model_path)
     took = time.perf_counter() - start
@@ -342,26 +339,33 @@ def test_truncated_model_does_not_kill_the_process(model_path: Path, tmp_path: P
 
 
 def test_loader_rejection_is_caught_from_whisper_log(model_path: Path, tmp_path: Path) -> None:
-    """A file our walk accepts but whisper.cpp refuses (ftype says f32, tensors are f16) must
-    raise model_load_failed instead of segfaulting at the first transcription."""
+    """The second guard: a file whisper.cpp refuses (ftype says F32, tensors are F16) that got past
+    the checks (bypassed here; they refuse it) raises model_load_failed, never segfaults later."""
     patched = tmp_path / "ggml-tiny.en.bin"
     shutil.copyfile(model_path, patched)
     with open(patched, "r+b") as f:
         f.seek(4 + 10 * 4)  # hparams.ftype
         f.write((0).to_bytes(4, "little"))
-    T.validate_model_file(patched)  # structurally whole: the walk cannot know the type rule
+    with pytest.raises(TranscriptionError, match="F32"):
+        T.validate_model_file(patched)
     code = (
         "import sys, numpy as np\n"
-        "from mcp_listen.transcriber import Transcriber\n"
+        "from pathlib import Path\n"
+        "from mcp_listen import ggml, transcriber as T\n"
         "from mcp_listen.errors import TranscriptionError\n"
-        "t = Transcriber(2)\n"
+        "real = Path(sys.argv[2])\n"
+        "with open(real, 'rb') as f:\n"
+        "    REAL = ggml.read_model(f, real.stat().st_size)\n"
+        "T._walk = lambda mf: REAL\n"
+        "T._probe = lambda mf: None\n"
+        "t = T.Transcriber(2)\n"
         "try:\n"
         "    t.transcribe(np.zeros(16000, np.float32), path=sys.argv[1])\n"
         "except TranscriptionError as e:\n"
         "    sys.stderr.write(e.code + '|' + e.message + '\\n')\n"
         "sys.stderr.write('alive\\n')\n"
     )
-    done = _child(code, str(patched))
+    done = _child(code, str(patched), str(model_path))
     assert done.returncode == 0, done.stderr
     first, alive = done.stderr.strip().split("\n")
     assert alive == "alive"

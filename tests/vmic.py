@@ -175,6 +175,7 @@ class VirtualMic:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+            proc.send_signal(signal.SIGCONT)  # a frozen daemon acts on SIGTERM only once resumed
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -183,6 +184,18 @@ class VirtualMic:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+
+    def freeze(self) -> None:
+        """Stop the daemon with SIGSTOP: a hung sound server. Clients' calls into it block (a stream
+        open waits ~30 s), open streams deliver nothing and cannot close. ``thaw()`` resumes it."""
+        if not self.running:
+            raise VirtualMicError("the virtual microphone is not running; call start() first")
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Resume a daemon stopped by ``freeze()`` (SIGCONT); harmless when it is not frozen."""
+        if self.running:
+            self._proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> VirtualMic:
         """stop() then start(): the device goes away and comes back under the same name."""
