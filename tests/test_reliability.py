@@ -323,8 +323,7 @@ def test_a_frozen_sound_server_fails_fast_and_cancel_frees_the_microphone(env, v
     print(f"\nfrozen sound server: error after {failed_after:.2f} s, cancel released in {released * 1000:.0f} ms, "
           f"next call answered after {refused_after:.2f} s; after SIGCONT a capture took {works_after:.2f} s")
     for result, took in ((failed, failed_after), (refused, refused_after)):
-        assert result.get("isError"), result
-        error = result["structuredContent"]["error"]
+        error = error_of(result)["error"]
         assert (error["stage"], error["code"]) == ("capture", "device_unavailable"), error
         assert "sound" in error["message"] and "try again" in error["message"].lower(), error["message"]
         assert "-999" not in error["message"], "PortAudio's error number is not a remedy"
@@ -350,7 +349,7 @@ def test_a_capture_right_after_a_cancel_waits_for_the_microphone_instead_of_busy
             result = w.wait(following["id"], 30)["result"]
             waits.append(w.arrived[following["id"]] - sent)
             if result.get("isError"):
-                assert result["structuredContent"]["error"]["code"] == "busy", result
+                assert error_of(result)["error"]["code"] == "busy", result
                 busy += 1
             else:
                 Path(result["structuredContent"]["path"]).unlink()
