@@ -23,6 +23,7 @@ MODULES = (
     "mcp_listen.lifecycle",
     "mcp_listen.llm",
     "mcp_listen.model_store",
+    "mcp_listen.ollama_http",
     "mcp_listen.phrases",
     "mcp_listen.pipeline",
     "mcp_listen.recorder",
