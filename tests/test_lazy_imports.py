@@ -27,6 +27,7 @@ MODULES = (
     "mcp_listen.phrases",
     "mcp_listen.pipeline",
     "mcp_listen.recorder",
+    "mcp_listen.recordings",
     "mcp_listen.server",
     "mcp_listen.transcriber",
     "mcp_listen.vad",
