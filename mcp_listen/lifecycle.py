@@ -12,7 +12,7 @@ peak RSS by 226 MB). `BoundedLines` reads the wire instead: a line longer than
 MAX_LINE_BYTES is read through in small pieces and dropped with a warning (no
 reply, as for any line that is not JSON-RPC), and the server keeps serving.
 
-At start a background sweep (wavfile.sweep) removes our recordings older than 24 h and, at
+At start a background sweep (recordings.sweep) removes our recordings older than 24 h and, at
 once, the partial files of a write a killed process left behind.
 
 The SDK's own loggers stay at INFO or above: at DEBUG they echo inbound frames they drop,
@@ -143,9 +143,9 @@ class BoundedLines:
 
 
 def _sweep(settings: Settings) -> None:
-    from mcp_listen import wavfile
+    from mcp_listen import recordings
 
-    wavfile.sweep(settings.recordings_dir)
+    recordings.sweep(settings.recordings_dir)
 
 
 def _install_signal_handlers(engine: Any) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from mcp_listen import devices, memory, wavfile
+from mcp_listen import devices, memory, recordings, wavfile
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contracts import (
     CAPTURE_DURATION_MS,
@@ -206,10 +206,10 @@ class Engine:
             result.speech_detected = bool(heard.speech_detected)
         return result.public()
 
-    def _recordings_folder(self) -> wavfile.Folder:
+    def _recordings_folder(self) -> recordings.Folder:
         """Checked and held open before recording: the WAV lands in the folder that was checked."""
         folder = self.settings.recordings_dir
-        return wavfile.open_folder(folder, ours=folder == default_recordings_dir())
+        return recordings.open_folder(folder, ours=folder == default_recordings_dir())
 
     # ------------------------------------------------------------------ listening
 

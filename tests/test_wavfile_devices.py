@@ -10,7 +10,7 @@ import wave
 import numpy as np
 import pytest
 
-from mcp_listen import wavfile
+from mcp_listen import recordings, wavfile
 from mcp_listen.devices import build_ids
 from mcp_listen.errors import StorageError
 
@@ -27,15 +27,15 @@ def test_ids_do_not_depend_on_other_devices():
 
 
 def test_recording_name_matches_the_sweep_pattern():
-    name = wavfile.recording_name(1712345678901)
+    name = recordings.recording_name(1712345678901)
     assert name == "mcp-listen-1712345678901.wav"
-    assert wavfile.NAME_PATTERN.match(name)
+    assert recordings.NAME_PATTERN.match(name)
     for other in ("mcp-listen-abc.wav", "mcp-listen-1712345678901.wav.bak", "x-mcp-listen-1712345678901.wav"):
-        assert not wavfile.NAME_PATTERN.match(other)
+        assert not recordings.NAME_PATTERN.match(other)
 
 
 def write(folder, samples, **kw):
-    with wavfile.open_folder(folder, **kw) as held:
+    with recordings.open_folder(folder, **kw) as held:
         return wavfile.write_recording(held, samples, 16000)
 
 
@@ -54,7 +54,7 @@ def test_write_is_complete_exclusive_and_private(tmp_path):
 
 def test_write_never_overwrites_an_existing_file(tmp_path, monkeypatch):
     monkeypatch.setattr(wavfile.time, "time", lambda: 1712345678.901)
-    taken = tmp_path / wavfile.recording_name(1712345678901)
+    taken = tmp_path / recordings.recording_name(1712345678901)
     taken.write_bytes(b"precious")
     path = write(tmp_path, np.zeros(10, np.int16))
     assert path.name == "mcp-listen-1712345678902.wav"
@@ -65,9 +65,9 @@ def test_a_thousand_planted_names_still_leave_a_free_name(tmp_path, monkeypatch)
     """Was: 1,000 names after the current millisecond made the capture fail after the user spoke."""
     monkeypatch.setattr(wavfile.time, "time", lambda: 1712345678.901)
     for n in range(1100):
-        (tmp_path / wavfile.recording_name(1712345678901 + n)).write_bytes(b"planted")
+        (tmp_path / recordings.recording_name(1712345678901 + n)).write_bytes(b"planted")
     path = write(tmp_path, np.zeros(10, np.int16))
-    assert wavfile.NAME_PATTERN.match(path.name) and path.stat().st_size == wavfile.wav_size(10)
+    assert recordings.NAME_PATTERN.match(path.name) and path.stat().st_size == wavfile.wav_size(10)
     assert len(os.listdir(tmp_path)) == 1101
 
 
@@ -77,7 +77,7 @@ def test_a_planted_symlink_is_never_followed(tmp_path, monkeypatch):
     outside.write_bytes(b"precious")
     folder = tmp_path / "rec"
     folder.mkdir(mode=0o700)
-    (folder / wavfile.recording_name(1712345678901)).symlink_to(outside)
+    (folder / recordings.recording_name(1712345678901)).symlink_to(outside)
     path = write(folder, np.zeros(10, np.int16))
     assert not path.is_symlink() and outside.read_bytes() == b"precious"
 
@@ -88,7 +88,7 @@ def test_a_folder_others_can_write_is_refused(tmp_path, mode):
     folder.mkdir()
     os.chmod(folder, mode)
     with pytest.raises(StorageError, match="written by other users") as refused:
-        wavfile.open_folder(folder)
+        recordings.open_folder(folder)
     assert f"chmod go-w {folder}" in str(refused.value) and f"{mode:04o}" in str(refused.value)
     assert stat.S_IMODE(folder.stat().st_mode) == mode, "a folder the user named is not changed behind their back"
     assert os.listdir(folder) == []
@@ -117,7 +117,7 @@ def test_a_folder_swapped_for_a_symlink_mid_recording_gets_nothing(tmp_path):
     symlink swapped in meanwhile put the recording at the symlink's target."""
     folder, target = tmp_path / "rec", tmp_path / "target"
     target.mkdir()
-    with wavfile.open_folder(folder) as held:  # checked before the recording ...
+    with recordings.open_folder(folder) as held:  # checked before the recording ...
         folder.rename(tmp_path / "moved")  # ... swapped while the user speaks ...
         folder.symlink_to(target)
         with pytest.raises(StorageError, match="moved or replaced"):
@@ -129,16 +129,16 @@ def test_a_symlink_as_the_folder_is_refused(tmp_path):
     (tmp_path / "real").mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(StorageError, match="symbolic link"):
-        wavfile.open_folder(tmp_path / "link")
+        recordings.open_folder(tmp_path / "link")
 
 
 def test_folder_that_is_a_file_is_refused(tmp_path):
     target = tmp_path / "file"
     target.write_text("x")
     with pytest.raises(StorageError, match="MCP_LISTEN_RECORDINGS_DIR"):
-        wavfile.open_folder(target)
+        recordings.open_folder(target)
     with pytest.raises(StorageError, match="Cannot create the recordings folder"):
-        wavfile.open_folder(target / "below")
+        recordings.open_folder(target / "below")
 
 
 def test_sweep_removes_only_old_regular_recordings(tmp_path):
@@ -156,7 +156,7 @@ def test_sweep_removes_only_old_regular_recordings(tmp_path):
     for path in (old, other, lookalike, outside):
         os.utime(path, (day_ago, day_ago))
     os.utime(link, (day_ago, day_ago), follow_symlinks=False)
-    assert wavfile.sweep(tmp_path, now=now) == 1
+    assert recordings.sweep(tmp_path, now=now) == 1
     assert not old.exists()
     assert fresh.exists() and other.exists() and lookalike.exists() and outside.exists() and link.is_symlink()
 
@@ -177,7 +177,7 @@ def test_the_start_sweep_removes_abandoned_partials_at_once_but_not_one_being_wr
     os.utime(short, (minute_ago, minute_ago))
     with open(busy, "rb") as writer:
         fcntl.flock(writer, fcntl.LOCK_EX)
-        assert wavfile.sweep(tmp_path, now=now) == 2
+        assert recordings.sweep(tmp_path, now=now) == 2
         assert busy.exists()
     assert not abandoned.exists() and not short.exists()
-    assert wavfile.sweep(tmp_path, now=now) == 1
+    assert recordings.sweep(tmp_path, now=now) == 1
