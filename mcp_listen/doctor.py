@@ -221,7 +221,8 @@ def check_vad() -> Check:
 
 def check_whisper_model(settings: Settings, name: str | None) -> Check:
     """The model transcribe_voice and voice_query would load: found, and a whole whisper.cpp file."""
-    from mcp_listen.transcriber import resolve_model, validate_model_file
+    from mcp_listen.model_check import validate_model_file
+    from mcp_listen.model_names import resolve_model
 
     wanted = name or settings.defaults.whisper_model
     title = "Whisper model"
