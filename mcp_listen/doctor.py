@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.config import Settings, redact_url
-from mcp_listen.contracts import SAMPLE_RATE
+from mcp_listen.contracts import SAMPLE_RATE, WINDOW_SAMPLES
 from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, TranscriptionError, command
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def check_vad() -> Check:
 
         vad = shared_vad()
         vad.reset()
-        vad.probability(np.zeros(512, dtype=np.int16))
+        vad.probability(np.zeros(WINDOW_SAMPLES, dtype=np.int16))
         vad.reset()
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types; doctor reports, never crashes
         log.debug("VAD check failed", exc_info=True)

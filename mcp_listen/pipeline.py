@@ -22,6 +22,7 @@ from mcp_listen.contracts import (
     LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
+    WINDOW_SAMPLES as WINDOW,
     Defaults,
     CaptureArgs,
     CaptureResult,
@@ -32,7 +33,7 @@ from mcp_listen.contracts import (
     VoiceQueryResult,
 )
 from mcp_listen.errors import Cancelled, LLMError, TranscriptionError
-from mcp_listen.recorder import WINDOW, Claim, Recorder, Recording
+from mcp_listen.recorder import Claim, Recorder, Recording
 
 if TYPE_CHECKING:
     import numpy as np
