@@ -29,6 +29,7 @@ _exiting = threading.Event()
 
 
 def _whisper_module() -> Any:
+    """pywhispercpp's raw bindings, imported on first use; a broken install is a named error."""
     try:
         import _pywhispercpp as pw
     except ImportError as exc:
