@@ -146,7 +146,7 @@ def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
 def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip], opts: Any) -> dict:
     """Each clip transcribed at once by the project's Transcriber: 1 s before the first loud
     sample (the pipeline's pre-roll) to 300 ms after the last, as run.py's WER section does."""
-    from mcp_listen import transcriber as T
+    from mcp_listen import transcriber as T, whisper_text as W
 
     tr = T.Transcriber(threads=opts.threads)
     t = time.perf_counter()
@@ -156,12 +156,12 @@ def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip]
         for entry, language in work:
             clip = clips[entry["id"]]
             samples = A.read_wav(clip.path)
-            audio = T.condition(samples[max(0, clip.first_loud - RATE) : clip.last_loud + int(0.3 * RATE)])
+            audio = W.condition(samples[max(0, clip.first_loud - RATE) : clip.last_loud + int(0.3 * RATE)])
             texts, times = [], []
             for _ in range(opts.runs):
                 t = time.perf_counter()
                 raw = tr.transcribe(audio, path=model, language=language)
-                texts.append(T.usable_text(raw) or "")  # markers such as [Music] go, as in the pipeline
+                texts.append(W.usable_text(raw) or "")  # markers such as [Music] go, as in the pipeline
                 times.append((time.perf_counter() - t) * 1000)
             out[f"{entry['id']}/{language}"] = {"texts": texts, "transcribe_ms": summary(times)}
     finally:
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
 def rescore(opts: Any) -> int:
     """Recompute every model's rows and groups from the transcripts kept in the report (after a
     change to the text normalisation or to the whole-clip marker filter): no audio is played."""
-    from mcp_listen.transcriber import usable_text
+    from mcp_listen.whisper_text import usable_text
 
     report = json.loads(opts.json.read_text())
     entries = {e["id"]: e for e in realspeech_data.load(opts.cache)}

@@ -247,7 +247,7 @@ def run_wer(opts: argparse.Namespace, report: dict) -> None:
     from rig import RATE
     from rig import audio_assets as A
 
-    from mcp_listen import transcriber as T
+    from mcp_listen import transcriber as T, whisper_text as W
 
     tr = T.Transcriber(threads=opts.threads)
     tr.load(opts.model)
@@ -256,7 +256,7 @@ def run_wer(opts: argparse.Namespace, report: dict) -> None:
         samples = A.read_wav(clip.path)
         start = max(0, clip.first_loud - RATE)  # the pipeline's ~1 s pre-roll
         end = clip.last_loud + int(0.3 * RATE)  # and its 300 ms after the speech
-        audio = T.condition(samples[start:end])
+        audio = W.condition(samples[start:end])
         texts, times = [], []
         for _ in range(max(1, opts.runs)):
             t = time.perf_counter()
@@ -293,15 +293,15 @@ def whole_after_stop(opts: argparse.Namespace) -> dict[str, Any]:
     from rig import RATE
     from rig import audio_assets as A
 
-    from mcp_listen import transcriber as T
+    from mcp_listen import transcriber as T, whisper_text as W
 
-    shrink = T.audio_ctx_for
+    shrink = W.audio_ctx_for
     T.audio_ctx_for = lambda n: 0  # whisper.cpp's default window (bench process only)
     out: dict[str, Any] = {}
     try:
         for name, clip in clips.utterance_clips(opts.silence_ms).items():
             samples = A.read_wav(clip.path)
-            audio = T.condition(
+            audio = W.condition(
                 samples[
                     max(0, clip.first_loud - RATE) : clip.last_loud + int(0.3 * RATE)
                 ]

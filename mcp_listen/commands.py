@@ -59,7 +59,7 @@ def query(opts: argparse.Namespace, settings: Settings) -> int:
 
 
 def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
-    from mcp_listen.transcriber import usable_text
+    from mcp_listen.whisper_text import usable_text
 
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, WHISPER_FIELDS))
     engine = Engine(settings)
@@ -74,7 +74,7 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     from mcp_listen import model_store
 
     if opts.models_command == "pull":
-        from mcp_listen.transcriber import validate_model_file
+        from mcp_listen.model_check import validate_model_file
 
         path = model_store.pull(opts.name, settings)
         try:

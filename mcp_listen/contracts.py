@@ -20,6 +20,10 @@ from mcp_listen import languages
 from mcp_listen.errors import InvalidArgument
 
 SAMPLE_RATE = 16000
+"""The one audio format inside mcp-listen: 16 kHz mono int16 (whisper's and Silero's rate)."""
+WINDOW_SAMPLES = 512
+"""One window of the listening loop: what Silero VAD takes at 16 kHz (32 ms)."""
+WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
 CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
 """stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""

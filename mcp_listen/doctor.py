@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.config import Settings, redact_url
-from mcp_listen.contracts import SAMPLE_RATE
+from mcp_listen.contracts import SAMPLE_RATE, WINDOW_SAMPLES
 from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, TranscriptionError, command
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def check_vad() -> Check:
 
         vad = shared_vad()
         vad.reset()
-        vad.probability(np.zeros(512, dtype=np.int16))
+        vad.probability(np.zeros(WINDOW_SAMPLES, dtype=np.int16))
         vad.reset()
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types; doctor reports, never crashes
         log.debug("VAD check failed", exc_info=True)
@@ -221,7 +221,8 @@ def check_vad() -> Check:
 
 def check_whisper_model(settings: Settings, name: str | None) -> Check:
     """The model transcribe_voice and voice_query would load: found, and a whole whisper.cpp file."""
-    from mcp_listen.transcriber import resolve_model, validate_model_file
+    from mcp_listen.model_check import validate_model_file
+    from mcp_listen.model_names import resolve_model
 
     wanted = name or settings.defaults.whisper_model
     title = "Whisper model"

@@ -28,6 +28,8 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import median
 
+from mcp_listen.contracts import WINDOW_MS
+
 SILENCE = "silence"
 CEILING = "ceiling"
 NO_SPEECH_TIMEOUT = "no_speech_timeout"
@@ -62,7 +64,7 @@ class EndpointConfig:
     onset_span_ms: int = 600
     """The loud windows for onset must fall within this much of the most recent audio."""
 
-    window_ms: float = 32.0
+    window_ms: float = WINDOW_MS
     """Duration of one fed window (512 samples at 16 kHz)."""
 
     decay_windows: int = 4

@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from mcp_listen.contracts import WINDOW_MS
+
 Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]
 """transcribe(int16 audio, prompt, language, abort) -> (text, language heard); raises on failure."""
 
@@ -159,7 +161,7 @@ class PhraseCutter:
         lead_ms: int = 96,
         min_phrase_ms: int = 2500,
         quiet_below: float = 0.35,
-        window_ms: float = 32.0,
+        window_ms: float = WINDOW_MS,
     ) -> None:
         self.pause_windows = max(1, round(pause_ms / window_ms))
         self.lead_windows = max(0, min(self.pause_windows, round(lead_ms / window_ms)))

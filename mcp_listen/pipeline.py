@@ -22,6 +22,7 @@ from mcp_listen.contracts import (
     LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
+    WINDOW_SAMPLES as WINDOW,
     Defaults,
     CaptureArgs,
     CaptureResult,
@@ -32,7 +33,7 @@ from mcp_listen.contracts import (
     VoiceQueryResult,
 )
 from mcp_listen.errors import Cancelled, LLMError, TranscriptionError
-from mcp_listen.recorder import WINDOW, Claim, Recorder, Recording
+from mcp_listen.recorder import Claim, Recorder, Recording
 
 if TYPE_CHECKING:
     import numpy as np
@@ -258,7 +259,8 @@ class Engine:
 
     def resolve_whisper_model(self, name: str | None) -> Path:
         """Find and check the model before the microphone opens: nobody should speak in vain."""
-        from mcp_listen.transcriber import resolve_model, validate_model_file
+        from mcp_listen.model_check import validate_model_file
+        from mcp_listen.model_names import resolve_model
 
         path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
         validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
@@ -274,7 +276,7 @@ class Engine:
         translate: bool = False,
     ) -> Any:
         """whisper's Words (text, language heard) for int16 samples."""
-        from mcp_listen.transcriber import condition
+        from mcp_listen.whisper_text import condition
 
         audio = condition(samples)
         options = dict(language=language, cancel=cancel, prompt=prompt, translate=translate)
@@ -283,7 +285,7 @@ class Engine:
     def check_language(self, model_path: Path, language: str, translate: bool) -> None:
         """An English-only model cannot hear another language, detect one or translate: say so
         before the microphone opens, naming the multilingual model to use instead."""
-        from mcp_listen.transcriber import english_only_remedy
+        from mcp_listen.model_file import english_only_remedy
 
         if language != "en" or translate:
             remedy = english_only_remedy(model_path)
@@ -339,7 +341,7 @@ class Engine:
         return PhraseWorker(transcribe, language)
 
     def _words_of(self, heard: Heard, worker: Any, plan: Plan, progress: Progress | None) -> Spoken:
-        from mcp_listen.transcriber import usable_text
+        from mcp_listen.whisper_text import usable_text
 
         if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
             worker.abandon()

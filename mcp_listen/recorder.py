@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from mcp_listen.contracts import SAMPLE_RATE, WINDOW_SAMPLES
 from mcp_listen.errors import Cancelled, CaptureError, DeviceBusy, DeviceLost
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
-WINDOW = 512
 OPEN_TIMEOUT_S = 2.5
 """Patience for the sound system to open and start the microphone (it takes ~40 ms). A frozen sound
 server holds PortAudio's open for ~30 s and nothing can interrupt it: past this the call fails with
@@ -264,7 +263,7 @@ def _open_stream(device_index: int, blocks: queue.SimpleQueue) -> tuple[Any, Any
 
 
 def _input_stream(sd: Any, device_index: int, rate: int, callback: Any) -> Any:
-    blocksize = WINDOW if rate == SAMPLE_RATE else int(rate * WINDOW / SAMPLE_RATE)
+    blocksize = WINDOW_SAMPLES if rate == SAMPLE_RATE else int(rate * WINDOW_SAMPLES / SAMPLE_RATE)
     return sd.InputStream(
         samplerate=rate, channels=1, dtype="int16", blocksize=blocksize, device=device_index, callback=callback
     )
@@ -284,7 +283,7 @@ def _consume(
 ) -> Recording:
     import numpy as np
 
-    buffer = np.zeros(max_frames + 8 * WINDOW, dtype=np.int16)
+    buffer = np.zeros(max_frames + 8 * WINDOW_SAMPLES, dtype=np.int16)
     total = 0
     windows = 0
     last_block = time.monotonic()
@@ -299,11 +298,11 @@ def _consume(
         room = len(buffer) - total
         buffer[total : total + min(room, len(block))] = block[:room]
         total += min(room, len(block))
-        while on_window is not None and (windows + 1) * WINDOW <= min(total, max_frames):
-            reason = on_window(buffer[windows * WINDOW : (windows + 1) * WINDOW])
+        while on_window is not None and (windows + 1) * WINDOW_SAMPLES <= min(total, max_frames):
+            reason = on_window(buffer[windows * WINDOW_SAMPLES : (windows + 1) * WINDOW_SAMPLES])
             windows += 1
             if reason is not None:
-                end = min(windows * WINDOW, max_frames)
+                end = min(windows * WINDOW_SAMPLES, max_frames)
                 return Recording(buffer[:end].copy(), reason)
         if total >= max_frames:
             return Recording(buffer[:max_frames].copy(), "ceiling")

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from mcp_listen.config import disable_onnxruntime_telemetry
+from mcp_listen.contracts import WINDOW_SAMPLES
 
 if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
-WINDOW = 512
 CONTEXT = 64
 STATE_SHAPE = (2, 1, 128)
 MODEL_FILE = "silero_vad_16k.onnx"
@@ -34,7 +33,7 @@ MODEL_SHA256 = "0451080d2d87c49a6003b4daf3b203baf00dd54edfde9e4dd2e615807e7c1346
 
 # name -> (ONNX element type, shape this wrapper uses); None dims in the model are dynamic.
 EXPECTED_INPUTS = {
-    "input": ("tensor(float)", (1, CONTEXT + WINDOW)),
+    "input": ("tensor(float)", (1, CONTEXT + WINDOW_SAMPLES)),
     "state": ("tensor(float)", STATE_SHAPE),
 }
 EXPECTED_OUTPUTS = {
@@ -143,7 +142,7 @@ class SileroVAD:
             ) from exc
         check_interface(self.session.get_inputs(), self.session.get_outputs())
         self._np = np
-        self._input = np.zeros((1, CONTEXT + WINDOW), dtype=np.float32)
+        self._input = np.zeros((1, CONTEXT + WINDOW_SAMPLES), dtype=np.float32)
         self._state = np.zeros(STATE_SHAPE, dtype=np.float32)
         log.debug("Silero VAD session created")
 
@@ -178,8 +177,8 @@ class SileroVAD:
     def _as_float(self, window: Any) -> np.ndarray:
         np = self._np
         samples = np.asarray(window)
-        if samples.shape != (WINDOW,):
-            raise ValueError(f"A VAD window is exactly {WINDOW} mono samples, got shape {samples.shape}.")
+        if samples.shape != (WINDOW_SAMPLES,):
+            raise ValueError(f"A VAD window is exactly {WINDOW_SAMPLES} mono samples, got shape {samples.shape}.")
         if samples.dtype == np.int16:
             return samples.astype(np.float32) * (1.0 / 32768.0)
         if samples.dtype.kind == "f":

@@ -1,6 +1,6 @@
 """Probe process: can whisper.cpp load this model file and run it, here? Answered by exit status.
 
-Run by transcriber._probe as `python -I whisper_probe.py FD PATH AS_ROOM DATA_ROOM`:
+Run by model_probe._probe as `python -I whisper_probe.py FD PATH AS_ROOM DATA_ROOM`:
 FD is the server's open descriptor of the model (passed down), PATH what whisper.cpp opens
 (/proc/self/fd/FD on Linux, so the very file the server checked). AS_ROOM and DATA_ROOM are the
 server's headroom under RLIMIT_AS and RLIMIT_DATA in bytes (-1: no limit); this process keeps

@@ -25,7 +25,7 @@ import pytest
 import audio_assets as A
 import model_files as M
 from mcp_listen import ggml
-from mcp_listen import transcriber as T
+from mcp_listen import model_check as C, model_file as F, model_memory as MM, model_probe as P, transcriber as T
 from mcp_listen.errors import TranscriptionError
 from rpc import RawServer, error_of, server_env, tool_call
 
@@ -35,7 +35,7 @@ EXIT_S = 10.0
 
 def _refused(path: Path) -> TranscriptionError:
     with pytest.raises(TranscriptionError) as err:
-        T.validate_model_file(path)
+        C.validate_model_file(path)
     return err.value
 
 
@@ -48,7 +48,7 @@ def _child(code: str, *args: str, timeout: float = 180) -> subprocess.CompletedP
 
 LOAD_AND_TRANSCRIBE = """
 import sys, numpy as np
-from mcp_listen import transcriber as T
+from mcp_listen import model_memory as MM, transcriber as T
 from mcp_listen.errors import TranscriptionError
 {setup}
 t = T.Transcriber(2)
@@ -97,7 +97,7 @@ def test_all_f32_model_is_refused_before_whisper_sees_it(f32_model: Path) -> Non
 def test_sparse_giant_is_refused_for_memory(giant: tuple[Path, int]) -> None:
     """Every tensor is there and fits the file (a sparse one): only the memory check can say no."""
     path, claimed = giant
-    available = T._meminfo_available()
+    available = MM._meminfo_available()
     assert claimed > 60e9 and available is not None and claimed > available, "this test needs < 60 GB free"
     started = time.perf_counter()
     err = _refused(path)
@@ -147,14 +147,14 @@ def test_quantization_version_in_ftype_is_understood(model_path: Path, tmp_path:
     """Quantized files say ftype = 2000 + type (GGML_QNT_VERSION 2); F16 with a version is still F16."""
     hp, middle, tensors = M.split(model_path)
     hp["ftype"] = 2001
-    T.validate_model_file(M.write(tmp_path / "ggml-tiny.en.bin", hp, middle, tensors))
+    C.validate_model_file(M.write(tmp_path / "ggml-tiny.en.bin", hp, middle, tensors))
 
 
 def test_a_genuine_model_under_an_address_space_limit(model_path: Path) -> None:
     """RLIMIT_AS too small for the load: a named error, not GGML_ASSERT(ctx->mem_buffer != NULL)."""
     setup = (
         "import resource\n"
-        "size = T._proc_kb('/proc/self/status', 'VmSize')\n"
+        "size = MM._proc_kb('/proc/self/status', 'VmSize')\n"
         "resource.setrlimit(resource.RLIMIT_AS, (size + 200_000_000, resource.RLIM_INFINITY))\n"
     )
     first, _ = _load_in_child(model_path, setup)
@@ -168,7 +168,7 @@ def test_the_memory_estimate_is_enough_but_not_much_more(model_path: Path) -> No
     setup = (
         "import resource\n"
         "import _pywhispercpp\n"
-        "size = T._proc_kb('/proc/self/status', 'VmSize')\n"
+        "size = MM._proc_kb('/proc/self/status', 'VmSize')\n"
         f"resource.setrlimit(resource.RLIMIT_AS, (size + {needs.address} + 64_000_000, resource.RLIM_INFINITY))\n"
     )
     first, _ = _load_in_child(model_path, setup)
@@ -181,12 +181,12 @@ def test_the_memory_estimate_is_enough_but_not_much_more(model_path: Path) -> No
 def _measured_address_space(model_path: Path) -> int:
     code = (
         "import sys, numpy as np\n"
-        "from mcp_listen import transcriber as T\n"
+        "from mcp_listen import model_memory as MM, transcriber as T\n"
         "import _pywhispercpp\n"
-        "before = T._proc_kb('/proc/self/status', 'VmSize')\n"
+        "before = MM._proc_kb('/proc/self/status', 'VmSize')\n"
         "t = T.Transcriber(2)\n"
         "t.transcribe(np.zeros(48000, np.float32), path=sys.argv[1])\n"
-        "print(T._proc_kb('/proc/self/status', 'VmSize') - before)\n"
+        "print(MM._proc_kb('/proc/self/status', 'VmSize') - before)\n"
     )
     done = _child(code, str(model_path))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -195,11 +195,11 @@ def _measured_address_space(model_path: Path) -> int:
 
 BYPASS_CHECKS = (
     "from pathlib import Path\n"
-    "from mcp_listen import ggml\n"
+    "from mcp_listen import ggml, model_check as C\n"
     "real = Path(sys.argv[2])\n"
     "with open(real, 'rb') as f:\n"
     "    REAL = ggml.read_model(f, real.stat().st_size)\n"
-    "T._walk = lambda mf: REAL  # as if the checks had missed this file\n"
+    "C._walk = lambda mf: REAL  # as if the checks had missed this file\n"
 )
 
 
@@ -218,13 +218,13 @@ def test_an_abort_never_takes_the_process_down(
 
 def test_probe_cost(model_path: Path) -> None:
     """What isolating the first load costs (paid once per file and process, while the user talks)."""
-    T._whisper_module()
+    P._whisper_module()
     took = []
     for _ in range(5):
-        T._probes.clear()
-        with T._opened(model_path) as mf:
+        P._probes.clear()
+        with F._opened(model_path) as mf:
             started = time.perf_counter()
-            T._probe(mf)
+            P._probe(mf)
             took.append(time.perf_counter() - started)
     print(f"\nprobe of tiny.en: median {statistics.median(took) * 1000:.0f} ms, {[round(t * 1000) for t in took]}")
     assert statistics.median(took) < 30
@@ -233,15 +233,15 @@ def test_probe_cost(model_path: Path) -> None:
 def test_probe_ahead_runs_while_the_caller_records(model_path: Path) -> None:
     """The server validates with probe_ahead before the microphone opens: the test load runs in
     the background, and the load (when speech is heard) waits for that same run."""
-    T._probes.clear()
+    P._probes.clear()
     started = time.perf_counter()
-    T.validate_model_file(model_path, probe_ahead=True)
+    C.validate_model_file(model_path, probe_ahead=True)
     returned = time.perf_counter() - started
-    with T._opened(model_path) as mf:
-        run = T._probes[mf.key]
+    with F._opened(model_path) as mf:
+        run = P._probes[mf.key]
         assert run.done.wait(60) and run.error is None
-        T._probe(mf)  # passed: nothing new is started
-        assert T._probes[mf.key] is run
+        P._probe(mf)  # passed: nothing new is started
+        assert P._probes[mf.key] is run
     print(f"\nvalidate_model_file(probe_ahead=True) returned after {returned * 1000:.0f} ms")
 
 
@@ -249,12 +249,12 @@ def test_a_failed_probe_is_reported_once_then_retried(f32_model: Path, model_pat
     code = BYPASS_CHECKS.replace("sys.argv[2]", "sys.argv[1]") + (
         "for attempt in range(2):\n"
         "    try:\n"
-        "        T.validate_model_file(sys.argv[2], probe_ahead=True)\n"
+        "        C.validate_model_file(sys.argv[2], probe_ahead=True)\n"
         "        T.Transcriber(1).load(sys.argv[2])\n"
         "    except TranscriptionError as e:\n"
         "        print(e.code, 'SIGABRT' in e.message)\n"
     )
-    done = _child("import sys\nfrom mcp_listen import transcriber as T\n"
+    done = _child("import sys\nfrom mcp_listen import model_check as C, transcriber as T\n"
                   "from mcp_listen.errors import TranscriptionError\n" + code, str(model_path), str(f32_model))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["model_invalid", "True"] * 2
@@ -266,13 +266,13 @@ def test_checks_probe_and_load_read_the_file_that_was_opened(model_path: Path, t
     shutil.copyfile(model_path, path)
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"<html>not a model</html>")
-    pw = T._whisper_module()
-    with T._opened(path) as mf:
+    pw = P._whisper_module()
+    with F._opened(path) as mf:
         os.replace(bad, path)
-        T._walked.clear()
-        T._probes.pop(mf.key, None)
-        T._check(mf, 1)
-        T._probe(mf)
+        C._walked.clear()
+        P._probes.pop(mf.key, None)
+        C._check(mf, 1)
+        P._probe(mf)
         model, _ = T._load_model(pw, mf, 1)
         del model
     assert _refused(path).code == "model_invalid"
@@ -447,13 +447,13 @@ def test_a_quantized_model_is_accepted_and_transcribes(model_path: Path, jfk_wav
     does it passes, and transcribes the JFK sample word for word (in a child: it could abort)."""
     path = M.q8_0(model_path, tmp_path / "ggml-tiny.en-q8_0.bin")
     assert path.stat().st_size < model_path.stat().st_size * 0.6
-    T.validate_model_file(path)
+    C.validate_model_file(path)
     code = (
         "import sys, wave, numpy as np\n"
-        "from mcp_listen import transcriber as T\n"
+        "from mcp_listen import transcriber as T, whisper_text as W\n"
         "w = wave.open(sys.argv[2])\n"
         "audio = np.frombuffer(w.readframes(w.getnframes()), dtype='<i2')\n"
-        "print(T.Transcriber(2).transcribe(T.condition(audio), path=sys.argv[1]))\n"
+        "print(T.Transcriber(2).transcribe(W.condition(audio), path=sys.argv[1]))\n"
     )
     done = _child(code, str(path), str(jfk_wav))
     assert done.returncode == 0, done.stderr[-2000:]

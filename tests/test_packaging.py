@@ -232,10 +232,10 @@ def test_installed_wheel_runs_without_the_checkout(installed, work):
 
 LOAD_THE_BUNDLED_MODEL = """
 import hashlib, numpy as np
-from mcp_listen import vad
+from mcp_listen import contracts, vad
 data = vad.read_model_bytes()
 assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
-silence = vad.SileroVAD().probability(np.zeros(vad.WINDOW, dtype=np.int16))
+silence = vad.SileroVAD().probability(np.zeros(contracts.WINDOW_SAMPLES, dtype=np.int16))
 print(vad.model_folder() / vad.MODEL_FILE, silence)
 """
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcp_listen import transcriber as T
+from mcp_listen import model_check as C, model_names as N, transcriber as T, whisper_text as W
 from mcp_listen.errors import TranscriptionError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,41 +59,41 @@ def _child(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
 
 
 def test_jfk_word_for_word(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
-    raw = loaded.transcribe(T.condition(jfk), path=model_path, language="en")
+    raw = loaded.transcribe(W.condition(jfk), path=model_path, language="en")
     assert _words(raw) == _words(JFK_TEXT)
-    assert T.usable_text(raw) == raw.strip()
+    assert W.usable_text(raw) == raw.strip()
 
 
 def test_quiet_speech_is_lifted_by_conditioning(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
     quiet = (jfk.astype(np.float32) / 32768.0) * 0.05
-    raw = loaded.transcribe(T.condition(quiet), path=model_path)
+    raw = loaded.transcribe(W.condition(quiet), path=model_path)
     assert _words(raw) == _words(JFK_TEXT)
 
 
 def test_empty_and_tiny_input_never_return_stale_segments(
     loaded: T.Transcriber, model_path: Path, jfk: np.ndarray
 ) -> None:
-    assert _words(loaded.transcribe(T.condition(jfk), path=model_path))  # leaves segments behind
+    assert _words(loaded.transcribe(W.condition(jfk), path=model_path))  # leaves segments behind
     assert loaded.transcribe(np.zeros(0, np.float32), path=model_path) == ""
     assert loaded.transcribe(np.zeros(800, np.float32), path=model_path) == ""
 
 
 def test_auto_language_on_english_model(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
-    raw = loaded.transcribe(T.condition(jfk[: 16000 * 3]), path=model_path, language="auto")
+    raw = loaded.transcribe(W.condition(jfk[: 16000 * 3]), path=model_path, language="auto")
     assert _words(raw)[:4] == ["and", "so", "my", "fellow"]
 
 
 def test_language_codes(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
-    raw = loaded.transcribe(T.condition(jfk[: 16000 * 3]), path=model_path, language="en-US")
+    raw = loaded.transcribe(W.condition(jfk[: 16000 * 3]), path=model_path, language="en-US")
     assert _words(raw)[:4] == ["and", "so", "my", "fellow"]
     with pytest.raises(TranscriptionError) as err:
-        loaded.transcribe(T.condition(jfk[:16000]), path=model_path, language="xx")
+        loaded.transcribe(W.condition(jfk[:16000]), path=model_path, language="xx")
     assert err.value.code == "unsupported_language"
 
 
 def test_audio_ctx_timing(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray, monkeypatch) -> None:
     """Prints (does not assert) how much the shrunk encoder window saves; transcripts must match."""
-    audio = T.condition(jfk)
+    audio = W.condition(jfk)
     timings = {}
     for label, ctx in (("audio_ctx=auto", None), ("audio_ctx=0 (30 s window)", 0)):
         if ctx is not None:
@@ -106,14 +106,14 @@ def test_audio_ctx_timing(loaded: T.Transcriber, model_path: Path, jfk: np.ndarr
 
 
 def test_audio_ctx_covers_the_clip() -> None:
-    assert T.audio_ctx_for(int(2.6 * 16000)) == 384
-    assert T.audio_ctx_for(int(5.4 * 16000)) == 512
-    assert T.audio_ctx_for(11 * 16000) == 768
-    assert T.audio_ctx_for(16000) == 384
+    assert W.audio_ctx_for(int(2.6 * 16000)) == 384
+    assert W.audio_ctx_for(int(5.4 * 16000)) == 512
+    assert W.audio_ctx_for(11 * 16000) == 768
+    assert W.audio_ctx_for(16000) == 384
     for n in (1, 16000, 100_000, 400_000):
-        ctx = T.audio_ctx_for(n)
+        ctx = W.audio_ctx_for(n)
         assert ctx == 0 or ctx * 320 >= n + 192 * 320
-    assert T.audio_ctx_for(30 * 16000) == 0
+    assert W.audio_ctx_for(30 * 16000) == 0
 
 
 def test_background_load_then_transcribe_waits(model_path: Path, jfk: np.ndarray) -> None:
@@ -121,7 +121,7 @@ def test_background_load_then_transcribe_waits(model_path: Path, jfk: np.ndarray
     assert tr.loaded_path is None
     loader = threading.Thread(target=tr.load, args=(model_path,))
     loader.start()
-    raw = tr.transcribe(T.condition(jfk), path=model_path)
+    raw = tr.transcribe(W.condition(jfk), path=model_path)
     loader.join()
     assert _words(raw) == _words(JFK_TEXT)
     assert tr.loaded_path == model_path
@@ -139,7 +139,7 @@ def test_loading_another_model_replaces_the_first(model_path: Path, tmp_path: Pa
     assert tr._model is first  # cached
     tr.load(other)
     assert tr.loaded_path == other and tr._model is not first
-    assert _words(tr.transcribe(T.condition(jfk), path=other)) == _words(JFK_TEXT)
+    assert _words(tr.transcribe(W.condition(jfk), path=other)) == _words(JFK_TEXT)
 
 
 def test_missing_model_at_transcribe(tmp_path: Path) -> None:
@@ -153,7 +153,8 @@ def test_missing_model_at_transcribe(tmp_path: Path) -> None:
 def test_nothing_reaches_stdout_or_stderr(model_path: Path, jfk_wav: Path) -> None:
     code = (
         "import sys, wave, numpy as np\n"
-        "from mcp_listen.transcriber import Transcriber, condition\n"
+        "from mcp_listen.transcriber import Transcriber\n"
+        "from mcp_listen.whisper_text import condition\n"
         "w = wave.open(sys.argv[2]); a = np.frombuffer(w.readframes(w.getnframes()), '<i2')\n"
         "t = Transcriber(2)\n"
         "text = t.transcribe(condition(a), path=sys.argv[1])\n"
@@ -192,9 +193,9 @@ def test_exit_while_whisper_runs_in_a_thread_is_clean(model_path: Path, phase: s
 
 
 def test_resolve_existing_path_is_used_as_is(model_path: Path, tmp_path: Path) -> None:
-    assert T.resolve_model(str(model_path), []) == model_path
+    assert N.resolve_model(str(model_path), []) == model_path
     with pytest.raises(TranscriptionError) as err:
-        T.resolve_model(str(tmp_path / "nope" / "ggml-small.bin"), [tmp_path])
+        N.resolve_model(str(tmp_path / "nope" / "ggml-small.bin"), [tmp_path])
     assert err.value.code == "model_not_found"
     assert "mcp-listen models pull small" in err.value.message
 
@@ -202,7 +203,7 @@ def test_resolve_existing_path_is_used_as_is(model_path: Path, tmp_path: Path) -
 def test_resolve_tilde_path(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "m.bin").write_bytes(b"x")
-    assert T.resolve_model("~/m.bin", []) == tmp_path / "m.bin"
+    assert N.resolve_model("~/m.bin", []) == tmp_path / "m.bin"
 
 
 def test_resolve_name_in_folder_order(tmp_path: Path) -> None:
@@ -210,23 +211,23 @@ def test_resolve_name_in_folder_order(tmp_path: Path) -> None:
     for folder in (first, second):
         folder.mkdir()
     (second / "ggml-base.en.bin").write_bytes(b"2")
-    assert T.resolve_model("base.en", [first, second]) == second / "ggml-base.en.bin"
+    assert N.resolve_model("base.en", [first, second]) == second / "ggml-base.en.bin"
     (first / "ggml-base.en.bin").write_bytes(b"1")
-    assert T.resolve_model("base.en", [first, second]) == first / "ggml-base.en.bin"
-    assert T.resolve_model("ggml-base.en.bin", [first, second]) == first / "ggml-base.en.bin"
+    assert N.resolve_model("base.en", [first, second]) == first / "ggml-base.en.bin"
+    assert N.resolve_model("ggml-base.en.bin", [first, second]) == first / "ggml-base.en.bin"
     (second / "custom.bin").write_bytes(b"c")
-    assert T.resolve_model("custom.bin", [first, second]) == second / "custom.bin"
+    assert N.resolve_model("custom.bin", [first, second]) == second / "custom.bin"
 
 
 def test_resolve_not_found_says_what_to_run(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     with pytest.raises(TranscriptionError) as err:
-        T.resolve_model("base.en", [a, b])
+        N.resolve_model("base.en", [a, b])
     assert err.value.code == "model_not_found"
     assert "mcp-listen models pull base.en" in err.value.message
     assert str(a) in err.value.message and str(b) in err.value.message
     with pytest.raises(TranscriptionError) as err:
-        T.resolve_model("ggml-tiny.en.bin", [a])
+        N.resolve_model("ggml-tiny.en.bin", [a])
     assert "mcp-listen models pull tiny.en" in err.value.message
 
 
@@ -235,14 +236,14 @@ def test_resolve_not_found_says_what_to_run(tmp_path: Path) -> None:
 
 def _invalid(path: Path) -> TranscriptionError:
     with pytest.raises(TranscriptionError) as err:
-        T.validate_model_file(path)
+        C.validate_model_file(path)
     return err.value
 
 
 def test_real_model_validates_quickly(model_path: Path) -> None:
-    T._walked.clear()
+    C._walked.clear()
     start = time.perf_counter()
-    T.validate_model_file(model_path)
+    C.validate_model_file(model_path)
     took = time.perf_counter() - start
     sys.stderr.write(f"\nvalidate_model_file(tiny.en, uncached): {took * 1000:.1f} ms\n")
     assert took < 1.0  # ~25 ms here; generous for a loaded machine
@@ -311,7 +312,7 @@ def test_trailing_garbage_is_rejected(model_path: Path, tmp_path: Path) -> None:
 def test_validation_is_cached_by_size_and_mtime(model_path: Path, tmp_path: Path) -> None:
     path = tmp_path / "ggml-tiny.en.bin"
     shutil.copyfile(model_path, path)
-    T.validate_model_file(path)
+    C.validate_model_file(path)
     with open(path, "r+b") as f:
         f.truncate(path.stat().st_size - 1000)
     assert _invalid(path).code == "model_invalid"
@@ -347,17 +348,17 @@ def test_loader_rejection_is_caught_from_whisper_log(model_path: Path, tmp_path:
         f.seek(4 + 10 * 4)  # hparams.ftype
         f.write((0).to_bytes(4, "little"))
     with pytest.raises(TranscriptionError, match="F32"):
-        T.validate_model_file(patched)
+        C.validate_model_file(patched)
     code = (
         "import sys, numpy as np\n"
         "from pathlib import Path\n"
-        "from mcp_listen import ggml, transcriber as T\n"
+        "from mcp_listen import ggml, model_check as C, model_probe as P, transcriber as T\n"
         "from mcp_listen.errors import TranscriptionError\n"
         "real = Path(sys.argv[2])\n"
         "with open(real, 'rb') as f:\n"
         "    REAL = ggml.read_model(f, real.stat().st_size)\n"
-        "T._walk = lambda mf: REAL\n"
-        "T._probe = lambda mf: None\n"
+        "C._walk = lambda mf: REAL\n"
+        "P._probe = lambda mf: None\n"
         "t = T.Transcriber(2)\n"
         "try:\n"
         "    t.transcribe(np.zeros(16000, np.float32), path=sys.argv[1])\n"
@@ -398,19 +399,19 @@ def test_loader_rejection_is_caught_from_whisper_log(model_path: Path, tmp_path:
     ],
 )
 def test_usable_text(raw: str, expected: str | None) -> None:
-    assert T.usable_text(raw) == expected
+    assert W.usable_text(raw) == expected
 
 
 def test_condition_leaves_input_untouched_and_bounds_output(jfk: np.ndarray) -> None:
     original = jfk.copy()
-    out = T.condition(jfk)
+    out = W.condition(jfk)
     assert np.array_equal(jfk, original)
     assert out.dtype == np.float32 and out.flags["C_CONTIGUOUS"] and out.shape == jfk.shape
     assert float(np.max(np.abs(out))) <= 1.0
     assert abs(float(np.max(np.abs(out))) - 0.9) < 0.01
     floats = (jfk / 32768.0).astype(np.float32)
     kept = floats.copy()
-    T.condition(floats)
+    W.condition(floats)
     assert np.array_equal(floats, kept)
 
 
@@ -418,7 +419,7 @@ def test_condition_removes_dc_and_rumble_keeps_voice_band() -> None:
     t = np.arange(16000 * 2) / 16000
     rumble = 0.5 * np.sin(2 * np.pi * 20 * t)
     voice = 0.1 * np.sin(2 * np.pi * 1000 * t)
-    out = T.condition(0.3 + rumble + voice)
+    out = W.condition(0.3 + rumble + voice)
     mid = out[4000:-4000]  # away from the edges
     spectrum = np.abs(np.fft.rfft(mid))
     freqs = np.fft.rfftfreq(mid.size, 1 / 16000)
@@ -429,16 +430,16 @@ def test_condition_removes_dc_and_rumble_keeps_voice_band() -> None:
 
 
 def test_condition_does_not_blow_up_silence_or_hiss() -> None:
-    assert not np.any(T.condition(np.zeros(16000, np.int16)))
+    assert not np.any(W.condition(np.zeros(16000, np.int16)))
     hiss = np.random.default_rng(0).normal(0, 1e-4, 16000).astype(np.float32)
-    assert float(np.max(np.abs(T.condition(hiss)))) <= 20 * float(np.max(np.abs(hiss))) * 1.5
-    assert T.condition(np.zeros(0, np.float32)).size == 0
+    assert float(np.max(np.abs(W.condition(hiss)))) <= 20 * float(np.max(np.abs(hiss))) * 1.5
+    assert W.condition(np.zeros(0, np.float32)).size == 0
 
 
 def test_condition_scales_int16_and_is_fast(jfk: np.ndarray) -> None:
     thirty_s = np.resize(jfk, 16000 * 30)
     start = time.perf_counter()
-    out = T.condition(thirty_s)
+    out = W.condition(thirty_s)
     took = time.perf_counter() - start
     sys.stderr.write(f"\ncondition(30 s): {took * 1000:.1f} ms\n")
     assert out.dtype == np.float32 and float(np.max(np.abs(out))) <= 1.0
@@ -453,19 +454,19 @@ def test_module_import_is_light() -> None:
 def test_short_input_never_repeats_the_previous_text(model_path, jfk):
     """whisper.cpp skips input under 1 s and pywhispercpp then returns the previous segments."""
     transcriber = T.Transcriber(threads=2)
-    first = transcriber.transcribe(T.condition(jfk[: 16000 * 4]), path=model_path)
+    first = transcriber.transcribe(W.condition(jfk[: 16000 * 4]), path=model_path)
     assert "americans" in first.lower()
-    short = transcriber.transcribe(T.condition(np.zeros(16000 * 3 // 10, dtype=np.int16)), path=model_path)
+    short = transcriber.transcribe(W.condition(np.zeros(16000 * 3 // 10, dtype=np.int16)), path=model_path)
     assert "americans" not in short.lower()
-    word = transcriber.transcribe(T.condition(jfk[16000 * 2 : 16000 * 2 + 12000]), path=model_path)
+    word = transcriber.transcribe(W.condition(jfk[16000 * 2 : 16000 * 2 + 12000]), path=model_path)
     assert word.strip() and word != first
 
 
 def test_segment_token_budget_grows_with_the_audio() -> None:
-    assert T.max_tokens_for(16000) == 40
-    assert T.max_tokens_for(30 * 16000) == 272
+    assert W.max_tokens_for(16000) == 40
+    assert W.max_tokens_for(30 * 16000) == 272
     words_per_second_worst_case = 5  # fast speech, ~1.3 tokens a word
-    assert T.max_tokens_for(10 * 16000) > 10 * words_per_second_worst_case * 1.3 + 16
+    assert W.max_tokens_for(10 * 16000) > 10 * words_per_second_worst_case * 1.3 + 16
 
 
 @pytest.mark.parametrize(
@@ -479,4 +480,4 @@ def test_segment_token_budget_grows_with_the_audio() -> None:
     ],
 )  # fmt: skip
 def test_a_phrase_decoded_twice_is_kept_once(text, kept):
-    assert T._collapse_repeat(text) == kept
+    assert W._collapse_repeat(text) == kept

@@ -14,7 +14,8 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("onnxruntime")
 
 from mcp_listen import vad  # noqa: E402
-from mcp_listen.vad import CONTEXT, SAMPLE_RATE, WINDOW, SileroVAD, shared_vad  # noqa: E402
+from mcp_listen.contracts import SAMPLE_RATE, WINDOW_SAMPLES as WINDOW  # noqa: E402
+from mcp_listen.vad import CONTEXT, SileroVAD, shared_vad  # noqa: E402
 
 
 
