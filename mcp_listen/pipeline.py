@@ -12,18 +12,13 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable
 
 from mcp_listen import devices, memory, recordings, wavfile
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contracts import (
-    CAPTURE_DURATION_MS,
     CHANNELS,
-    LISTEN_DURATION_MS,
-    NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
-    WINDOW_SAMPLES as WINDOW,
-    Defaults,
     CaptureArgs,
     CaptureResult,
     StatusResult,
@@ -33,15 +28,14 @@ from mcp_listen.contracts import (
     VoiceQueryResult,
 )
 from mcp_listen.errors import Cancelled, LLMError, TranscriptionError
-from mcp_listen.recorder import Claim, Recorder, Recording
+from mcp_listen.listening import Heard, Listener, Meter, Plan, Progress
+from mcp_listen.phrases import PhraseWorker
+from mcp_listen.recorder import Claim, Recorder
 
 if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[float, Optional[float], str], None]
-"""progress(done, total or None, message): called from the worker thread at meaningful moments."""
 
 NO_SPEECH_MESSAGE = (
     "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
@@ -50,73 +44,6 @@ NO_WORDS_MESSAGE = (
     "Speech was detected but could not be transcribed. It may have been too quiet, too brief, or unclear. "
     "Ask the user to repeat, a little louder and closer to the microphone."
 )
-TRAILING_KEEP_MS = 300
-"""Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one recording will do, resolved from a tool's arguments and its defaults."""
-
-    max_ms: int
-    stop_on_silence: bool
-    silence_ms: int
-    device: int | str | None
-
-    @property
-    def max_frames(self) -> int:
-        return self.max_ms * SAMPLE_RATE // 1000
-
-    @classmethod
-    def from_args(cls, args: CaptureArgs | TranscribeArgs, defaults: Defaults, *, stop_default: bool) -> "Plan":
-        stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
-        default_ms = LISTEN_DURATION_MS if stop and stop_default else CAPTURE_DURATION_MS
-        return cls(
-            max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
-            stop_on_silence=stop,
-            silence_ms=args.silence_ms if args.silence_ms is not None else defaults.silence_ms,
-            device=args.device,
-        )
-
-
-@dataclass(frozen=True)
-class Heard:
-    """A finished recording and what the endpointer learned about it."""
-
-    recording: Recording
-    speech_detected: bool | None
-    speech_end_frame: int | None
-    """Sample just after the last speech window (None without VAD)."""
-    phrase_start_frame: int = 0
-    """Where the speech not yet handed to the phrase worker begins."""
-
-    @property
-    def duration_ms(self) -> int:
-        return len(self.recording.samples) * 1000 // SAMPLE_RATE
-
-    def remaining_key(self) -> tuple[int, int] | None:
-        """(first, end) sample of the audio whisper still has to hear, None when there is none.
-
-        From the last phrase cut to shortly after the speech: trailing silence is left out (it
-        only costs time); the WAV itself is never changed.
-        """
-        end = len(self.recording.samples)
-        if self.speech_end_frame is not None:
-            if self.speech_end_frame <= self.phrase_start_frame:
-                return None  # the last word is in a phrase already cut: only silence is left
-            end = min(end, speech_tail_end(self.speech_end_frame))
-        if end <= self.phrase_start_frame:
-            return None
-        return self.phrase_start_frame, end
-
-    def remaining_speech(self) -> "np.ndarray | None":
-        key = self.remaining_key()
-        return None if key is None else self.recording.samples[key[0] : key[1]]
-
-
-def speech_tail_end(speech_end_frame: int) -> int:
-    """Where the audio fed to whisper ends: the last speech window plus the word's tail."""
-    return speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000
 
 
 @dataclass(frozen=True)
@@ -174,7 +101,7 @@ class Engine:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
         out: Path | None = None,
-        meter: Callable[[Any, bool], None] | None = None,
+        meter: Meter | None = None,
     ) -> dict[str, Any]:
         plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
         claim = self.recorder.claim("capture_audio", stop=_linked(stop, self.shutdown))
@@ -220,8 +147,8 @@ class Engine:
         claim: Claim,
         stop: threading.Event | None,
         progress: Progress | None,
-        meter: Callable[[Any, bool], None] | None = None,
-        phrases: Any = None,
+        meter: Meter | None = None,
+        phrases: PhraseWorker | None = None,
         on_speech: Callable[[], None] | None = None,
     ) -> Heard:
         """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end.
@@ -230,7 +157,7 @@ class Engine:
         model loads while the user talks, and never when nobody speaks).
         """
         stop = _linked(stop, self.shutdown)
-        tracker = _Tracker(plan, progress, meter, phrases, on_speech)
+        listener = Listener(plan, progress, meter, phrases, on_speech)
 
         def started(device: Any) -> None:
             claim.device = device.name
@@ -240,12 +167,11 @@ class Engine:
         recording = self.recorder.record(
             find_device=lambda: devices.resolve(plan.device),
             max_frames=plan.max_frames,
-            on_window=tracker.on_window,
+            on_window=listener.on_window,
             stop=stop,
             on_start=started,
         )
-        tracker.finished(recording)
-        return Heard(recording, tracker.speech_detected, tracker.speech_end_frame, tracker.phrase_start_frame)
+        return listener.finished(recording)
 
     # ------------------------------------------------------------------ transcription
 
@@ -331,16 +257,14 @@ class Engine:
             raise
         return self._words_of(heard, worker, plan, progress)
 
-    def _phrase_worker(self, model_path: Path, language: str, translate: bool, cancel: Any) -> Any:
-        from mcp_listen.phrases import PhraseWorker
-
+    def _phrase_worker(self, model_path: Path, language: str, translate: bool, cancel: Any) -> PhraseWorker:
         def transcribe(audio: Any, prompt: str, lang: str, abort: threading.Event) -> tuple[str, str]:
             words = self.transcribe_samples(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
             return words.text, words.language
 
         return PhraseWorker(transcribe, language)
 
-    def _words_of(self, heard: Heard, worker: Any, plan: Plan, progress: Progress | None) -> Spoken:
+    def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Spoken:
         from mcp_listen.whisper_text import usable_text
 
         if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
@@ -468,140 +392,3 @@ class _AnyEvent:
     def is_set(self) -> bool:
         return any(e.is_set() for e in self._events)
 
-    def set(self) -> None:
-        self._events[0].set()
-
-
-class _Tracker:
-    """Per-window bookkeeping: VAD + endpointer when stopping on silence, progress, level meter."""
-
-    PERIOD_WINDOWS = 31
-    """About one progress tick per second of audio (31 x 32 ms)."""
-
-    PRE_ROLL_WINDOWS = 31
-    """Audio kept before confirmed speech (about 1 s): soft first syllables come before the onset."""
-
-    def __init__(
-        self,
-        plan: Plan,
-        progress: Progress | None,
-        meter: Callable[[Any, bool], None] | None,
-        phrases: Any = None,
-        on_speech: Callable[[], None] | None = None,
-    ) -> None:
-        self.plan = plan
-        self.on_speech = on_speech
-        self.progress = progress
-        self.meter = meter
-        self.phrases = phrases
-        self.windows = 0
-        self.speech_detected: bool | None = None
-        self.speech_end_frame: int | None = None
-        self.phrase_start_frame = 0
-        self._kept: list[Any] = []
-        self._speculated: tuple[int, int] | None = None
-        self._cutter: Any = None
-        if phrases is not None:
-            from mcp_listen.phrases import PhraseCutter
-
-            self._cutter = PhraseCutter()
-        self.vad: Any = None
-        self.endpointer: Any = None
-        if plan.stop_on_silence or phrases is not None:
-            from mcp_listen.endpoint import Endpointer
-            from mcp_listen.vad import shared_vad
-
-            self.vad = shared_vad()
-            self.vad.reset()
-            self.endpointer = Endpointer(self._endpoint_config(plan))
-            self.speech_detected = False
-
-    @staticmethod
-    def _endpoint_config(plan: Plan) -> Any:
-        """Stop on silence, or (fixed length, voice tools) only watch for speech and never stop."""
-        from mcp_listen.endpoint import EndpointConfig
-
-        if plan.stop_on_silence:
-            return EndpointConfig(
-                silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS
-            )
-        never = 10**9
-        return EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never)
-
-    def on_window(self, window: "np.ndarray") -> str | None:
-        self.windows += 1
-        reason = None
-        speaking = False
-        if self.endpointer is not None:
-            probability, level = self.vad.hear(window, self.endpointer.needs_vad)
-            reason = self.endpointer.feed(probability, level)
-            speaking = self.endpointer.speech_detected and probability >= 0.5
-            self._note_events()
-            if self._cutter is not None:
-                self._keep(window, probability)
-        if self.meter is not None:
-            self.meter(window, speaking)
-        if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
-            self.progress(self.elapsed_ms, self.plan.max_ms, "Listening")
-        return reason
-
-    @property
-    def elapsed_ms(self) -> int:
-        return self.windows * WINDOW * 1000 // SAMPLE_RATE
-
-    def _note_events(self) -> None:
-        event = self.endpointer.event
-        if event == "speech_start":
-            self.speech_detected = True
-            start = max(0, self.endpointer.speech_started_window - self.PRE_ROLL_WINDOWS)
-            self.phrase_start_frame = start * WINDOW
-            if self._cutter is not None:
-                self._cutter.start_window = start
-            if self.on_speech is not None:
-                self.on_speech()
-            if self.progress:
-                self.progress(self.elapsed_ms, self.plan.max_ms, "Speech detected")
-        elif event == "silence_start" and self.progress:
-            self.progress(self.elapsed_ms, self.plan.max_ms, "Silence detected")
-        last = self.endpointer.last_speech_window
-        if last is not None:
-            self.speech_end_frame = (last + 1) * WINDOW
-
-    def _keep(self, window: "np.ndarray", probability: float) -> None:
-        """Keep the audio for phrase cuts; hand each finished phrase to the worker, and what
-        was said since the last cut as soon as the speaker pauses (it may be the end)."""
-        self._kept.append(window.copy())
-        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability)
-        if cut is not None:
-            start, end = cut
-            self.phrases.submit(self._audio(start * WINDOW, end * WINDOW))
-            self.phrase_start_frame = end * WINDOW
-        self._speculate()
-
-    def _speculate(self) -> None:
-        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end.
-
-        The key is the span `Heard.remaining_key` will give if the stop comes before more speech;
-        speech that resumes moves the span, and the next pause replaces the guess.
-        """
-        end = self.speech_end_frame
-        if end is None or self.endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
-            return
-        key = (self.phrase_start_frame, speech_tail_end(end))
-        if key != self._speculated and len(self._kept) * WINDOW >= key[1]:
-            self._speculated = key
-            self.phrases.speculate(self._audio(*key), key)
-
-    def _audio(self, first: int, end: int) -> "np.ndarray":
-        """Samples [first, end) of the recording so far, from the kept windows."""
-        import numpy as np
-
-        windows = self._kept[first // WINDOW : -(-end // WINDOW)]
-        offset = first - (first // WINDOW) * WINDOW
-        return np.concatenate(windows)[offset : offset + end - first]
-
-    def finished(self, recording: Recording) -> None:
-        if self.progress:
-            seconds = len(recording.samples) / SAMPLE_RATE
-            message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
-            self.progress(self.elapsed_ms, self.plan.max_ms, message)

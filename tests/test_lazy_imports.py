@@ -21,6 +21,7 @@ MODULES = (
     "mcp_listen.doctor",
     "mcp_listen.endpoint",
     "mcp_listen.lifecycle",
+    "mcp_listen.listening",
     "mcp_listen.llm",
     "mcp_listen.model_store",
     "mcp_listen.ollama_http",

@@ -1,0 +1,136 @@
+"""The listening logic (mcp_listen/listening.py) on numpy arrays, without a microphone.
+
+Real Endpointer and PhraseCutter; the VAD is a fake that gives scripted probabilities, and the
+phrase worker a fake that records what it is handed. Window i is filled with the value i, so
+every piece of audio handed over says exactly which windows it came from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcp_listen.listening import Listener, Plan
+from mcp_listen.contracts import WINDOW_SAMPLES as WINDOW
+from mcp_listen.recorder import Recording
+
+SPEECH, QUIET = 0.9, 0.05
+PRE_ROLL = Listener.PRE_ROLL_WINDOWS
+
+
+class ScriptedVAD:
+    """Gives the next scripted probability per window (and a level that matches it)."""
+
+    def __init__(self, probabilities: list[float]) -> None:
+        self.probabilities = list(probabilities)
+        self.heard = 0
+        self.resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def hear(self, window, needs_vad=None) -> tuple[float, float]:
+        probability = self.probabilities[self.heard] if self.heard < len(self.probabilities) else QUIET
+        self.heard += 1
+        return probability, -20.0 if probability >= 0.5 else -60.0
+
+
+class FakeWorker:
+    def __init__(self) -> None:
+        self.submitted: list[np.ndarray] = []
+        self.speculations: list[tuple[np.ndarray, tuple[int, int]]] = []
+
+    def submit(self, audio) -> None:
+        self.submitted.append(audio)
+
+    def speculate(self, audio, key) -> None:
+        self.speculations.append((audio, key))
+
+
+def script(*runs: tuple[float, int]) -> list[float]:
+    return [p for p, n in runs for _ in range(n)]
+
+
+def listen(probabilities, *, worker=None, silence_ms=1000, max_windows=2000, events=None):
+    """Feed numbered windows until the listener says stop; return (listener, heard, reason)."""
+    plan = Plan(max_ms=max_windows * 32, stop_on_silence=True, silence_ms=silence_ms, device=None)
+    vad = ScriptedVAD(probabilities)
+    progress = (lambda done, total, message: events.append(message)) if events is not None else None
+    on_speech = (lambda: events.append("on_speech")) if events is not None else None
+    listener = Listener(plan, progress, None, worker, on_speech, vad=vad)
+    windows, reason = [], None
+    while reason is None and len(windows) < max_windows:
+        windows.append(np.full(WINDOW, len(windows), dtype=np.int16))
+        reason = listener.on_window(windows[-1])
+    heard = listener.finished(Recording(np.concatenate(windows), reason or "ceiling"))
+    assert vad.resets == 1
+    return listener, heard, reason
+
+
+def window_span(audio: np.ndarray) -> tuple[int, int]:
+    """(first, end) window index of audio cut from numbered windows."""
+    assert len(audio) % WINDOW == 0
+    return int(audio[0]), int(audio[-1]) + 1
+
+
+def test_speech_is_detected_and_the_pause_after_it_stops_the_recording():
+    events: list[str] = []
+    _, heard, reason = listen(script((QUIET, 40), (SPEECH, 20)), events=events)
+    assert reason == "silence"
+    assert heard.speech_detected is True
+    assert heard.speech_end_frame == 60 * WINDOW
+    assert heard.phrase_start_frame == (40 - PRE_ROLL) * WINDOW  # about 1 s of pre-roll
+    assert events.count("on_speech") == 1
+    assert events.index("on_speech") < events.index("Speech detected") < events.index("Silence detected")
+    assert "Listening" in events
+
+
+def test_silence_only_is_no_speech():
+    _, heard, reason = listen([], silence_ms=1000, max_windows=400)
+    assert reason == "no_speech_timeout"
+    assert heard.speech_detected is False
+    assert heard.speech_end_frame is None
+
+
+def test_the_speculation_made_in_the_final_pause_is_what_remains_to_hear():
+    worker = FakeWorker()
+    _, heard, _ = listen(script((QUIET, 40), (SPEECH, 30)), worker=worker)
+    assert worker.submitted == []  # under 2.5 s of speech: no phrase cut
+    assert len(worker.speculations) == 1
+    audio, key = worker.speculations[0]
+    assert key == heard.remaining_key()
+    assert np.array_equal(audio, heard.remaining_speech())
+    assert key[0] == (40 - PRE_ROLL) * WINDOW
+
+
+def test_a_long_phrase_is_cut_at_the_pause_and_handed_to_the_worker():
+    worker = FakeWorker()
+    probabilities = script((QUIET, 40), (SPEECH, 90), (QUIET, 8), (SPEECH, 20))
+    _, heard, _ = listen(probabilities, worker=worker)
+    assert len(worker.submitted) == 1
+    first, end = window_span(worker.submitted[0])
+    assert first == 40 - PRE_ROLL
+    assert 130 < end <= 138  # inside the pause, never inside a word
+    assert heard.phrase_start_frame == end * WINDOW
+    assert worker.speculations[-1][1] == heard.remaining_key()
+    assert heard.remaining_key()[0] == end * WINDOW
+
+
+def test_a_short_pause_is_not_speculated_on():
+    worker = FakeWorker()
+    probabilities = script((QUIET, 40), (SPEECH, 20), (QUIET, 5), (SPEECH, 15))  # under 2.5 s: no cut
+    _, heard, _ = listen(probabilities, worker=worker)
+    assert worker.submitted == []
+    assert heard.remaining_key() == ((40 - PRE_ROLL) * WINDOW, 80 * WINDOW + 4800)
+    assert [key for _, key in worker.speculations] == [heard.remaining_key()]  # only the final pause
+
+
+def test_a_guess_made_before_speech_resumed_is_not_the_remaining_audio():
+    worker = FakeWorker()
+    probabilities = script((QUIET, 40), (SPEECH, 20), (QUIET, 12), (SPEECH, 10))  # under 2.5 s: no cut
+    _, heard, _ = listen(probabilities, worker=worker)
+    assert worker.submitted == []
+    keys = [key for _, key in worker.speculations]
+    assert len(keys) == 2
+    assert keys[0] != heard.remaining_key()
+    assert keys[0] == ((40 - PRE_ROLL) * WINDOW, 60 * WINDOW + 4800)  # it ended in the pause
+    assert keys[1] == heard.remaining_key()
