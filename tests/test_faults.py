@@ -19,7 +19,7 @@ import pytest
 
 import audio_assets as A
 from fake_ollama import refused_url
-from rpc import SERVER_CMD, error_of, server_env
+from rpc import error_of, server_env
 from test_reliability import files_in, speech_clip, stalled, wire
 from vmic import env_no_input_devices, env_without_portaudio
 
