@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from mcp_listen.config import redact_url
-from mcp_listen.errors import LLMError
+from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.ollama_http import (
     MAX_REPLY_CHARS,
     REDIRECTS,
@@ -78,7 +78,7 @@ def _collect(worker: ChatWorker, target: Target, model: str, timeout_s: float,
     parts: list[str] = []
     while True:
         if cancel is not None and cancel.is_set():
-            raise LLMError("The request to Ollama was cancelled.", code="cancelled")
+            raise Cancelled("The request to Ollama was cancelled.")
         remaining = worker.deadline - time.monotonic()
         if remaining <= 0:
             raise _timeout(timeout_s, model)

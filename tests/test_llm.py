@@ -13,7 +13,7 @@ import pytest
 from fake_ollama import FakeOllama, refused_url
 from mcp_listen import llm
 from mcp_listen.config import normalize_ollama_host
-from mcp_listen.errors import LLMError
+from mcp_listen.errors import Cancelled, LLMError
 from rpc import error_of
 
 
@@ -27,6 +27,14 @@ def _ask(host: str, text: str = "what time is it", **kw) -> str:
     args = dict(text=text, model="llama3.2", system_prompt="Answer briefly.", host=host, timeout_s=10.0)
     args.update(kw)
     return llm.ask(**args)
+
+
+def _cancelled(host: str, **kw) -> Cancelled:
+    """A cancel is not an Ollama failure: it ends the call as cancelled (exit 130), not in stage llm."""
+    with pytest.raises(Cancelled) as err:
+        _ask(host, **kw)
+    assert not isinstance(err.value, LLMError)
+    return err.value
 
 
 def _code(host: str, **kw) -> LLMError:
@@ -105,7 +113,7 @@ def test_cancel_stops_quickly(fake: FakeOllama, mode: str) -> None:
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     start = time.monotonic()
-    err = _code(fake.url, timeout_s=30.0, cancel=cancel)
+    err = _cancelled(fake.url, timeout_s=30.0, cancel=cancel)
     took = time.monotonic() - start
     assert err.code == "cancelled"
     assert took < 1.5  # set at 0.5 s: stops within 1 s of it
@@ -114,7 +122,7 @@ def test_cancel_stops_quickly(fake: FakeOllama, mode: str) -> None:
 def test_already_cancelled_sends_nothing_useful(fake: FakeOllama) -> None:
     cancel = threading.Event()
     cancel.set()
-    assert _code(fake.url, cancel=cancel).code == "cancelled"
+    assert _cancelled(fake.url, cancel=cancel).code == "cancelled"
 
 
 @pytest.mark.parametrize("form", ["127.0.0.1:{port}", ":{port}", "http://127.0.0.1:{port}", "http://127.0.0.1:{port}/"])
@@ -173,8 +181,7 @@ def test_fake_stops_fast_with_hanging_handlers() -> None:
     fake = FakeOllama(mode="hang").start()
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
-    with pytest.raises(LLMError):
-        _ask(fake.url, cancel=cancel)
+    _cancelled(fake.url, cancel=cancel)
     start = time.monotonic()
     fake.stop()
     assert time.monotonic() - start < 1.0
@@ -292,7 +299,7 @@ def test_cancel_closes_the_connection_at_once(fake: FakeOllama) -> None:
     fake.mode = "drip"
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
-    assert _code(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
+    assert _cancelled(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
     assert _until(lambda: fake.open_connections == 0 and not _chat_threads(), 2)
 
 
