@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -10,6 +13,7 @@ from typing import Iterator
 
 import pytest
 
+import dns_sink
 from fake_ollama import FakeOllama, refused_url
 from mcp_listen import llm
 from mcp_listen.config import normalize_ollama_host
@@ -301,6 +305,49 @@ def test_cancel_closes_the_connection_at_once(fake: FakeOllama) -> None:
     threading.Timer(0.5, cancel.set).start()
     assert _cancelled(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
     assert _until(lambda: fake.open_connections == 0 and not _chat_threads(), 2)
+
+
+_SLOW_RESOLVER_CHECKS = """
+import json, sys, time
+from mcp_listen import llm
+host, out = "http://ollama.example:11434", {}
+began = time.monotonic()
+try:
+    llm.preflight(host, "llama3.2")
+    out["preflight"] = "let through"
+except Exception as exc:
+    out["preflight"] = getattr(exc, "code", type(exc).__name__)
+out["preflight_s"] = time.monotonic() - began
+began = time.monotonic()
+out["probe"] = llm.probe(host, "llama3.2", timeout_s=1.0)["error"]
+out["probe_s"] = time.monotonic() - began
+began = time.monotonic()
+try:
+    llm.ask(text="hi", model="llama3.2", system_prompt="", host=host, timeout_s=1.0)
+except Exception as exc:
+    out["ask"] = getattr(exc, "code", type(exc).__name__)
+out["ask_s"] = time.monotonic() - began
+print(json.dumps(out))
+"""
+
+
+def test_a_resolver_that_never_answers_holds_no_call_past_its_deadline(tmp_path: Path) -> None:
+    """OLLAMA_HOST names a host and the DNS server is down: getaddrinfo has no timeout of its own
+    (glibc waits 5 s x 2 attempts), so every exchange must end by its deadline around it. The
+    pre-check lets the question through (the question has its own deadline and keeps the
+    transcript) instead of holding the microphone back for 10 s and then refusing."""
+    reason = dns_sink.unavailable()
+    if reason:
+        pytest.skip(reason)
+    queries = tmp_path / "queries.log"
+    cmd = dns_sink.wrap(queries, [sys.executable, "-c", _SLOW_RESOLVER_CHECKS], silent=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert "ollama.example" in queries.read_text().split(), "the host name was never looked up"
+    assert out["preflight"] == "let through" and out["preflight_s"] < 3 * llm.PREFLIGHT_TIMEOUT_S + 1, out
+    assert "did not answer within 1 s" in out["probe"] and out["probe_s"] < 4, out
+    assert out["ask"] == "timeout" and out["ask_s"] < 4, out
 
 
 # ================================================================ through the real server
