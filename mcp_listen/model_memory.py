@@ -14,6 +14,7 @@ from typing import Any
 from mcp_listen import ggml, ggml_plan
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.model_file import ModelKey, _ModelFile
+from mcp_listen.model_names import SUGGESTED_MODEL
 
 _instances: weakref.WeakSet[Any] = weakref.WeakSet()
 """The live Transcribers (each registers itself): `threads`, `_key`, `_model`, `_needs` are read."""
@@ -33,7 +34,7 @@ def _check_memory(mf: _ModelFile, model: ggml.Model, threads: int) -> None:
             raise TranscriptionError(
                 f"Whisper model {mf.path} needs about {need / 1e6:.0f} MB to load and run, but {label} "
                 f"leaves {max(room, 0) / 1e6:.0f} MB. Free memory or raise the limit, or use a smaller "
-                f"model (e.g. {command('models', 'pull', 'base.en')}).",
+                f"model (e.g. {command('models', 'pull', SUGGESTED_MODEL)}).",
                 code="model_invalid",
             )
 
