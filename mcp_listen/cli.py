@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in voice_commands:
         p = sub.add_parser(name, help=help_text)
         if name == "transcribe":
-            p.add_argument("file", type=Path, help=f"{limits.SAMPLE_RATE // 1000} kHz mono 16-bit WAV file")
+            p.add_argument("file", type=Path, help=f"{limits.SAMPLE_RATE_KHZ} kHz mono 16-bit WAV file")
         else:
             _recording_options(p, stop_default=True)
         _whisper_options(p)

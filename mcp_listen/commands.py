@@ -11,7 +11,7 @@ from mcp_listen.cli import print_json, tool_args
 from mcp_listen.config import Settings
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
 from mcp_listen.levels import level_db
-from mcp_listen.limits import SAMPLE_RATE
+from mcp_listen.limits import SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.model_names import SUGGESTED_MODEL
 from mcp_listen.pipeline import Engine
 
@@ -117,7 +117,7 @@ def _read_wav(path: Any) -> Any:
         raise InvalidArgument(f"Cannot read {path}: {exc}") from None
     if not ok:
         raise InvalidArgument(
-            f"{path} must be a {SAMPLE_RATE // 1000} kHz mono 16-bit WAV (convert: sox IN -r {SAMPLE_RATE} -c 1 -b 16 OUT.wav)"
+            f"{path} must be a {SAMPLE_RATE_KHZ} kHz mono 16-bit WAV (convert: sox IN -r {SAMPLE_RATE} -c 1 -b 16 OUT.wav)"
         )
     return np.frombuffer(data, dtype="<i2")
 

@@ -18,6 +18,8 @@ SAMPLE_RATE = 16000
 """The one audio format inside mcp-listen: 16 kHz mono int16 (whisper's and Silero's rate)."""
 WINDOW_SAMPLES = 512
 """One window of the listening loop: what Silero VAD takes at 16 kHz (32 ms)."""
+SAMPLE_RATE_KHZ = f"{SAMPLE_RATE / 1000:g}"
+"""The rate as prose says it (`16` kHz)."""
 WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
 CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
@@ -71,6 +73,7 @@ ACCEPTED = {
 """What each argument accepts, as error messages and the config check say it."""
 
 CONSTANTS = {
+    "sample_rate_khz": SAMPLE_RATE_KHZ,
     "min_duration_ms": MIN_DURATION_MS,
     "max_duration_ms": MAX_DURATION_MS,
     "min_silence_ms": MIN_SILENCE_MS,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import re
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,27 @@ def test_memory_need_grows_by_the_measured_cost_of_each_thread():
     assert one.resident == three.resident and one.resident > 75_000_000
     extra = three.address - one.address
     assert extra == pytest.approx(2 * ggml_plan.THREAD_ADDRESS * ggml_plan.MARGIN, abs=2)
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_argument_table_states_the_limits():
+    """The README is prose and cannot import limits.py; this pins its argument table to it."""
+    text = README.read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)` \|.*$", text, flags=re.M)}
+    L = limits
+    assert f"integer {L.MIN_DURATION_MS}–{L.MAX_DURATION_MS}" in rows["duration_ms"]
+    assert f"capture_audio: {L.CAPTURE_DURATION_MS}." in rows["duration_ms"]
+    assert f"{L.LISTEN_DURATION_MS} while stopping on silence" in rows["duration_ms"]
+    assert f"integer {L.MIN_SILENCE_MS}–{L.MAX_SILENCE_MS}" in rows["silence_ms"]
+    assert f"| {L.DEFAULT_SILENCE_MS} (`MCP_LISTEN_SILENCE_MS`)" in rows["silence_ms"]
+    assert f"1–{L.MAX_DEVICE_CHARS} characters" in rows["device"]
+    assert f"1–{L.MAX_WHISPER_MODEL_CHARS} characters" in rows["whisper_model"]
+    assert f"`{L.DEFAULT_WHISPER_MODEL}` (`MCP_LISTEN_WHISPER_MODEL`)" in rows["whisper_model"]
+    assert f"`{L.DEFAULT_LANGUAGE}` (`MCP_LISTEN_LANGUAGE`)" in rows["language"]
+    assert f"1–{L.MAX_LLM_MODEL_CHARS} characters" in rows["model"]
+    assert f"`{L.DEFAULT_LLM_MODEL}` (`MCP_LISTEN_OLLAMA_MODEL`)" in rows["model"]
+    assert f"at most {L.MAX_PROMPT_CHARS:,} characters" in rows["prompt"] and L.DEFAULT_PROMPT in rows["prompt"]
+    assert f"nobody spoke for {L.NO_SPEECH_TIMEOUT_MS // 1000} s" in text
+    assert f"| `MCP_LISTEN_SILENCE_MS` | `{L.DEFAULT_SILENCE_MS}` |" in text
