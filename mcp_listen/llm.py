@@ -39,6 +39,8 @@ from mcp_listen.ollama_http import (
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1
+PROBE_TIMEOUT_S = 3.0
+"""`doctor` waits this long for Ollama's version and model list together."""
 
 
 def ask(
@@ -168,7 +170,7 @@ def _error_text(body: bytes) -> str:
     return text.strip()[:500]
 
 
-def probe(host: str, model: str | None, timeout_s: float = 3) -> dict[str, Any]:
+def probe(host: str, model: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """For `doctor`: is Ollama up, which version, is `model` pulled? Never raises.
 
     Same rules as `ask`: one deadline for the whole probe, no redirects, bounded replies.
