@@ -12,6 +12,9 @@ window alignment. Every figure is counted in samples, so a loaded machine gives 
   bench's end of speech) − silence_ms. "early" counts stops before the end of speech (an inner
   pause cut the utterance); `jfk`, whose 1.18 s pause is longer than silence_ms, is left out.
 - *espeak*: the bench's espeak-ng sentences the same way (the live stop-latency figure).
+- *pauses*: two espeak sentences with a pause (last loud sample to first loud sample) of
+  silence_ms - 300, - 200, - 100 and - 50 ms, quiet and in each room: how many replays stopped
+  at the pause.
 - *rooms*: two espeak sentences with a pause of silence_ms − 300 ms between them, under fan and
   babble noise (tests/room_audio.py) at 20 and 10 dB SNR, three noise seeds each; and the noise
   alone for 11 s, which must end as no_speech_timeout.
@@ -120,6 +123,37 @@ def rooms(config: Any, vad: Any) -> dict[str, Any]:
     return out
 
 
+def pauses(config: Any, vad: Any, phases: int) -> dict[str, Any]:
+    """Inner pauses of silence_ms - 300/200/100/50 ms between two sentences, quiet and in each room
+    (one seed), at `phases` alignments: how many replays ended at the pause (an early cut). The
+    pause is measured as the stop is: last loud sample of the first sentence to the first loud
+    sample of the second (espeak's "dog" fades for 100 ms under 10 % of the peak)."""
+    import numpy as np
+    import room_audio as R
+
+    pairs = [("the quick brown fox jumps over the lazy dog", "and then it ran away"),
+             ("please turn off the lights in the kitchen", "and lock the back door")]
+    out: dict[str, Any] = {}
+    for short in (300, 200, 100, 50):
+        cuts, runs = 0, 0
+        for first_text, second_text in pairs:
+            first, second = (A.read_wav(A.speech(t)) for t in (first_text, second_text))
+            first = first[: A.last_loud_sample(first) + 1]
+            second = second[A.first_loud_sample(second) :]
+            gap = np.zeros((config.silence_ms - short) * RATE // 1000, np.int16)
+            clean = A.read_wav(A.concat([A.silence(1500), first, gap, second, A.silence(3000)]))
+            resumed = 1500 * RATE // 1000 + len(first) + len(gap)
+            rooms_ = [clean] + [A.read_wav(R.in_room(clean, k, snr)) for k in ("fan", "babble") for snr in (20, 10)]
+            for audio in rooms_:
+                for phase in range(0, 512, 512 // phases):
+                    shifted = np.concatenate([np.zeros(phase, np.int16), audio])
+                    reason, window, _ = replay(vad, _endpointer(config), shifted)
+                    runs += 1
+                    cuts += reason == "silence" and (window + 1) * 512 < phase + resumed + len(second) // 2
+        out[f"pause {config.silence_ms - short} ms"] = f"{cuts} early cuts in {runs} replays"
+    return out
+
+
 def _endpointer(config: Any) -> Any:
     from mcp_listen.endpoint import Endpointer
 
@@ -132,7 +166,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--phases", type=int, default=8, help="window alignments per clip (default 8)")
     p.add_argument("--silence-ms", type=int, default=1000)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="EndpointConfig override")
-    p.add_argument("--only", default="real,espeak,rooms", help="sections to run (default all)")
+    p.add_argument("--only", default="real,espeak,rooms,pauses", help="sections to run (default all)")
     p.add_argument("--json", type=Path, help="write the report here")
     return p.parse_args(argv)
 
@@ -153,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         report["espeak"] = run_set(espeak_clips(), config, vad, opts.phases)
     if "rooms" in sections:
         report["rooms"] = rooms(config, vad)
+    if "pauses" in sections:
+        report["pauses"] = pauses(config, vad, opts.phases)
     for name, section in report.items():
         if name == "config":
             continue

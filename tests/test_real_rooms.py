@@ -68,9 +68,10 @@ def test_offline_every_room_stops_in_time_and_noise_alone_is_not_speech():
         if snr == 10:
             for seed in (7, 8, 9):
                 noise = A.read_wav(R.in_room(A.silence(11000), kind, 10, speech_rms=R.active_rms(clean), seed=seed))
-                reason, _, _ = replay(vad, Endpointer(EndpointConfig(silence_ms=SILENCE_MS, max_ms=20000)), noise)
-                if reason != "no_speech_timeout":
-                    late.append(f"{kind} alone seed {seed}: {reason}")
+                for phase in (0, 128, 256, 384):  # window alignments
+                    reason, _, _ = replay(vad, Endpointer(EndpointConfig(silence_ms=SILENCE_MS, max_ms=20000)), noise[phase:])
+                    if reason != "no_speech_timeout":
+                        late.append(f"{kind} alone seed {seed} phase {phase}: {reason}")
     assert not late, late
 
 
@@ -105,30 +106,35 @@ async def test_speech_in_a_noisy_room_stops_in_time_and_not_at_the_pause(env, vm
 
 @pytest.mark.anyio
 async def test_noise_alone_times_out_and_never_reaches_whisper(env, vmic, model_path):
-    """Each noise alone for 11 s: no_speech_timeout, no text, whisper never loaded. Then speech in
-    the same noise loads it, so the status really tells whether whisper was reached."""
+    """Each noise alone: no_speech_timeout, no text, whisper never loaded. Then speech in the same
+    noise loads it, so the status really tells whether whisper was reached. The noise is already
+    playing when the microphone opens, as a room's is (noise that starts abruptly out of digital
+    silence is another case: see README "Guarantees and limits")."""
     clean, _ = two_sentences()
     level = R.active_rms(clean)
     args = {"whisper_model": str(model_path), "duration_ms": 30000, "silence_ms": SILENCE_MS}
     async with mcp_client(env) as client:
-
-        async def listen(clip) -> dict:
-            results = []
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: _call(client, args, results))
-                await wait_until_recording(client)
-                await anyio.to_thread.run_sync(lambda: vmic.play(clip))
-            assert not results[0].is_error, results[0].content[0].text
-            return structured(results[0])
-
         for kind in ("fan", "babble"):
-            data = await listen(R.in_room(A.silence(11000), kind, 10, speech_rms=level, seed=9))
+            room = R.in_room(A.silence(13000), kind, 10, speech_rms=level, seed=9)
+            player = vmic.play(room, block=False)
+            try:
+                await anyio.sleep(0.8)
+                result = await client.call_tool("transcribe_voice", args)
+            finally:
+                await anyio.to_thread.run_sync(player.wait)
+            assert not result.is_error, result.content[0].text
+            data = structured(result)
             assert data["stopped_by"] == "no_speech_timeout", (kind, data)
             assert data["speech_detected"] is False and data["transcription"] is None
             status = (await client.call_tool("get_status", {})).structured_content
             assert status["whisper_model_loaded"] is None, f"{kind} noise reached whisper"
-        data = await listen(R.in_room(clean, "babble", 10, seed=9))
-        assert data["stopped_by"] == "silence" and "fox" in (data["transcription"] or "").lower()
+        results = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_call, client, args, results)
+            await wait_until_recording(client)
+            await anyio.to_thread.run_sync(lambda: vmic.play(R.in_room(clean, "babble", 10, seed=9)))
+        data = structured(results[0])
+        assert data["stopped_by"] == "silence" and "fox" in (data["transcription"] or "").lower(), data
         status = (await client.call_tool("get_status", {})).structured_content
         assert status["whisper_model_loaded"], "speech must load whisper: the status check above means something"
 
