@@ -278,9 +278,21 @@ def test_a_speech_window_at_the_rooms_level_does_not_restart_the_pause():
 
 
 def test_a_speech_window_louder_than_the_room_resumes_speech():
-    index, endpointer = run_levels(babble_pause(-30.0))  # 10 dB over the floor: the user
+    index, endpointer = run_levels(babble_pause(-25.0))  # 15 dB over the room: the user
     assert endpointer.last_speech_window == 93 + 16
     assert index is None  # the in-between windows that follow only continue; none starts a run
+
+
+def test_speech_from_the_first_window_is_not_taken_for_the_room():
+    # No room before the speech: Silero scores its first windows low, so they look like the room.
+    # Speech resuming after a pause at that same level must still resume it (a floor frozen from
+    # those windows once cut a real recording in the middle of a sentence).
+    start = [(0.2, -18.0)] * 10 + [(LOUD, -15.0)] * 31 + [(QUIET, -70.0)] * 16
+    index, endpointer = run_levels(start + [(LOUD, -18.0)] * 40 + [(QUIET, -70.0)] * 40)
+    assert endpointer.last_speech_window == len(start) + 39
+    # After the resumed speech, not during it. Limit: its level is the "room" the quiet rule was
+    # given, so the decay credit (at most decay_windows) still moves the stop up to 256 ms sooner.
+    assert len(start) + 40 + 31 - EndpointConfig().decay_windows <= index <= len(start) + 40 + 31
 
 
 def test_level_must_be_dbfs():
