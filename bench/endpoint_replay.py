@@ -115,10 +115,9 @@ def rooms(config: Any, vad: Any) -> dict[str, Any]:
         for snr in (20, 10):
             runs = [stop_ms(A.read_wav(R.in_room(clean, kind, snr, seed=seed)), end, config, vad) for seed in (7, 8, 9)]
             out[f"{kind} {snr} dB"] = [f"{reason} {ms:.0f}" for reason, ms in runs]
-        alone = [
-            replay(vad, _endpointer(config), A.read_wav(R.in_room(A.silence(11000), kind, 10, speech_rms=R.active_rms(clean), seed=seed)))[0]
-            for seed in (7, 8, 9)
-        ]
+        level = R.active_rms(clean)
+        noises = [A.read_wav(R.in_room(A.silence(11000), kind, 10, speech_rms=level, seed=seed)) for seed in (7, 8, 9)]
+        alone = [replay(vad, _endpointer(config), noise)[0] for noise in noises]
         out[f"{kind} alone"] = alone
     return out
 

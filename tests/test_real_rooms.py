@@ -69,7 +69,8 @@ def test_offline_every_room_stops_in_time_and_noise_alone_is_not_speech():
             for seed in (7, 8, 9):
                 noise = A.read_wav(R.in_room(A.silence(11000), kind, 10, speech_rms=R.active_rms(clean), seed=seed))
                 for phase in (0, 128, 256, 384):  # window alignments
-                    reason, _, _ = replay(vad, Endpointer(EndpointConfig(silence_ms=SILENCE_MS, max_ms=20000)), noise[phase:])
+                    endpointer = Endpointer(EndpointConfig(silence_ms=SILENCE_MS, max_ms=20000))
+                    reason, _, _ = replay(vad, endpointer, noise[phase:])
                     if reason != "no_speech_timeout":
                         late.append(f"{kind} alone seed {seed} phase {phase}: {reason}")
     assert not late, late
