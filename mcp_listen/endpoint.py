@@ -155,7 +155,7 @@ GATE_WINDOWS = 31
 """Recent windows (about 1 s) whose quietest level is the floor the VAD gate compares against."""
 
 ROOM_WINDOWS = 8
-"""Windows of sound (not digital silence) under the speech threshold before the room's level is trusted."""
+"""Windows of sound (not digital silence) under the silence threshold before the room's level is trusted."""
 
 SILENT_DB = -120.0
 """Level of digital silence (levels are clamped here)."""
@@ -245,7 +245,7 @@ class Endpointer:
         return bool(self._recent_loud)
 
     def _track_level(self, probability: float, level_db: float) -> None:
-        """Noise floor before speech (windows Silero did not call speech), loudest speech window,
+        """Noise floor before speech (windows under the silence threshold), loudest speech window,
         and the run of quiet windows."""
         config = self.config
         self._recent_levels.append(level_db)
@@ -299,7 +299,7 @@ class Endpointer:
             self._silence_run += 1
 
     def _room_db(self) -> float | None:
-        """The room's level before speech: the median of the windows Silero did not call speech,
+        """The room's level before speech: the median of the windows under the silence threshold,
         once ROOM_WINDOWS of them were sound (digital silence, as a virtual microphone delivers
         before the room, is not the room; and at the very start of a recording the few windows
         Silero has not yet scored high may be the first word). None until then."""
