@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from mcp_listen.contracts import WINDOW_MS
+from mcp_listen.endpoint import SILENCE_THRESHOLD
 
 Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]
 """transcribe(int16 audio, prompt, language, abort) -> (text, language heard); raises on failure."""
@@ -160,7 +161,7 @@ class PhraseCutter:
         pause_ms: int = 250,
         lead_ms: int = 96,
         min_phrase_ms: int = 2500,
-        quiet_below: float = 0.35,
+        quiet_below: float = SILENCE_THRESHOLD,
         window_ms: float = WINDOW_MS,
     ) -> None:
         self.pause_windows = max(1, round(pause_ms / window_ms))
