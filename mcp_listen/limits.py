@@ -22,11 +22,6 @@ SAMPLE_RATE_KHZ = f"{SAMPLE_RATE / 1000:g}"
 """The rate as prose says it (`16` kHz)."""
 WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
 CHANNELS = 1
-SPEECH_THRESHOLD = 0.5
-"""A window at or above this Silero probability is speech (Silero's reference threshold)."""
-SILENCE_THRESHOLD = 0.35
-"""A window below this is silence; windows in between neither start nor break a silence run,
-nor end a phrase (endpoint.py, phrases.py)."""
 NO_SPEECH_TIMEOUT_MS = 10000
 """stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
 MIN_DURATION_MS, MAX_DURATION_MS = 100, 30000
