@@ -31,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import median
 
-from mcp_listen.contracts import WINDOW_MS
+from mcp_listen.levels import SILENT_DB
+from mcp_listen.limits import DEFAULT_SILENCE_MS, LISTEN_DURATION_MS, NO_SPEECH_TIMEOUT_MS, WINDOW_MS
 
 SILENCE = "silence"
 CEILING = "ceiling"
@@ -52,13 +53,13 @@ SPEECH_RESUME = "speech_resume"
 class EndpointConfig:
     """When a recording stops; all durations are audio milliseconds."""
 
-    silence_ms: int = 1000
+    silence_ms: int = DEFAULT_SILENCE_MS
     """Stop after this much continuous silence once speech has been confirmed."""
 
-    max_ms: int = 15000
+    max_ms: int = LISTEN_DURATION_MS
     """Hard ceiling: stop after this much audio whatever was heard."""
 
-    no_speech_timeout_ms: int = 10000
+    no_speech_timeout_ms: int = NO_SPEECH_TIMEOUT_MS
     """Give up after this much audio if speech was never confirmed."""
 
     speech_threshold: float = SPEECH_THRESHOLD
@@ -156,9 +157,6 @@ GATE_WINDOWS = 31
 
 ROOM_WINDOWS = 8
 """Windows of sound (not digital silence) under the silence threshold before the room's level is trusted."""
-
-SILENT_DB = -120.0
-"""Level of digital silence (levels are clamped here)."""
 
 
 class Endpointer:

@@ -10,7 +10,6 @@ numpy and onnxruntime are imported on first use, never at module import.
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import threading
 from importlib import resources
@@ -18,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from mcp_listen.config import disable_onnxruntime_telemetry
-from mcp_listen.contracts import WINDOW_SAMPLES
+from mcp_listen.levels import FULL_SCALE, level_db, power_db  # noqa: F401 - level_db re-exported
+from mcp_listen.limits import WINDOW_SAMPLES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -166,7 +166,7 @@ class SileroVAD:
         """
         samples = self._input[0, CONTEXT:]
         samples[:] = self._as_float(window)
-        level = _power_db(self._np, samples)
+        level = power_db(samples)
         probability = 0.0
         if needs_vad is None or needs_vad(level):
             output, self._state = self.session.run(None, {"input": self._input, "state": self._state})
@@ -180,29 +180,10 @@ class SileroVAD:
         if samples.shape != (WINDOW_SAMPLES,):
             raise ValueError(f"A VAD window is exactly {WINDOW_SAMPLES} mono samples, got shape {samples.shape}.")
         if samples.dtype == np.int16:
-            return samples.astype(np.float32) * (1.0 / 32768.0)
+            return samples.astype(np.float32) * (1.0 / FULL_SCALE)
         if samples.dtype.kind == "f":
             return samples.astype(np.float32, copy=False)
         raise ValueError(f"VAD samples must be int16 or float in [-1, 1], got {samples.dtype}.")
-
-
-def level_db(window: Any) -> float:
-    """Mean power of one window of int16 (or float in [-1, 1]) samples, in dBFS; digital silence is -120.
-
-    The endpointer times the end of speech by it (Silero's probability lags the audio) and
-    skips Silero for windows at a quiet room's noise floor.
-    """
-    import numpy as np
-
-    samples = np.asarray(window)
-    scale = 1.0 / 32768.0 if samples.dtype == np.int16 else 1.0
-    return _power_db(np, samples.astype(np.float32).reshape(-1) * scale)
-
-
-def _power_db(np: Any, samples: Any) -> float:
-    """Mean power of float samples in dBFS, -120 for digital silence, never above 0 (clipped input)."""
-    power = float(np.dot(samples, samples)) / max(1, samples.size)
-    return min(0.0, 10.0 * math.log10(power)) if power > 1e-12 else -120.0
 
 
 _shared: SileroVAD | None = None
