@@ -20,19 +20,21 @@ import pytest
 import audio_assets as A
 import jackmic
 from rpc import mcp_client, server_env, structured
-from test_pipeline import wer
+from test_pipeline import wer, words
 from test_server import wait_until_recording
 from test_stop_on_silence import without_trailing_silence
 
 pytestmark = pytest.mark.anyio
 RATE = 16000
 FORMATS = {"48k-stereo": (48000, 2), "44k1-stereo": (44100, 2), "8k-mono": (8000, 1)}
-PASSAGE = (
-    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
-    "It is easy to tell the depth of a well. These days a chicken leg is a rare dish."
-)
-_reference: dict[str, str] = {}
-"""Transcripts through the 16 kHz virtual microphone, made once per session."""
+SENTENCES = [
+    "What is the capital city of France?",
+    "What is the tallest mountain in the world?",
+    "Please turn off the lights in the kitchen.",
+]
+REFERENCE_LEADS_MS = (300, 310, 320)
+_reference: dict[int, str] = {}
+"""Transcripts through the 16 kHz virtual microphone by start of the speech (ms), made once per session."""
 
 
 @pytest.fixture(scope="module", params=list(FORMATS))
@@ -138,17 +140,42 @@ async def test_stop_on_silence_writes_16k_mono_and_keeps_its_timing(vmic, jack_m
     assert silence_ms <= after_ms <= silence_ms + 150, f"stopped {after_ms:.0f} ms after the speech ended"
 
 
-async def test_transcript_matches_the_16k_microphone(vmic, jack_mic, tmp_path, model_path):
-    clip = A.concat([A.silence(300), A.speech(PASSAGE), A.silence(2500)])
+def spoken(sentences: list[str], lead_ms: int = 300):
+    """The sentences with 400 ms pauses between them (shorter than silence_ms: one utterance)."""
+    parts = [A.silence(lead_ms)]
+    for text in sentences:
+        parts += [without_trailing_silence(A.speech(text)), A.silence(400)]
+    return A.concat([*parts, A.silence(2500)])
+
+
+async def reference_wers(vmic, jack_mic, tmp_path, args: dict, said: str) -> list[float]:
+    """WERs through the 16 kHz virtual microphone, the speech starting at 300, 310 and 320 ms (once per session)."""
+    if not _reference:
+        for lead in REFERENCE_LEADS_MS:
+            clip = spoken(SENTENCES, lead_ms=lead)
+            env = env_for(vmic, jack_mic, tmp_path / f"ref-{lead}")
+            _reference[lead] = (await call_while_playing(env, vmic.play, "transcribe_voice", args, clip))["transcription"]
+    return [wer(said, text) for text in _reference.values()]
+
+
+async def test_transcripts_match_the_16k_microphone(vmic, jack_mic, tmp_path, model_path):
+    """WER against the words said, within 1 point of the same speech through the 16 kHz virtual
+    microphone. The 16 kHz figure is the worst of three starts 10 ms apart: through that microphone
+    alone, where the speech falls against the 32 ms VAD windows (and so the phrase cuts) swings
+    tiny.en by a word or two on this 23-word clip (measured: 0.04 to 0.17; JFK's "my fellow" turns
+    into "am I fellow" with a 10 ms later start), far more than 1 point.
+    8 kHz carries nothing above 4 kHz, where s, t and f live: tiny.en may lose one more word there
+    ("tallest" -> "solid", measured), so its bound is one word, not 1 point."""
+    said = " ".join(SENTENCES)
     args = {"whisper_model": str(model_path)}
-    if PASSAGE not in _reference:
-        data = await call_while_playing(env_for(vmic, jack_mic, tmp_path / "ref"), vmic.play, "transcribe_voice", args, clip)
-        _reference[PASSAGE] = data["transcription"]
+    at_16k = max(await reference_wers(vmic, jack_mic, tmp_path, args, said))
     args["device"] = device_id(jack_mic)
-    data = await call_while_playing(env_for(vmic, jack_mic, tmp_path), jack_mic.play, "transcribe_voice", args, clip)
-    at_16k, here = wer(PASSAGE, _reference[PASSAGE]), wer(PASSAGE, data["transcription"])
-    print(f"{jack_mic.name}: WER {here:.3f} (16 kHz: {at_16k:.3f}) {data['transcription']!r}")
-    assert here <= at_16k + 0.01, f"{data['transcription']!r} against 16 kHz {_reference[PASSAGE]!r}"
+    env = env_for(vmic, jack_mic, tmp_path)
+    heard = (await call_while_playing(env, jack_mic.play, "transcribe_voice", args, spoken(SENTENCES)))["transcription"]
+    here = wer(said, heard)
+    print(f"{jack_mic.name}: WER {here:.3f} (16 kHz worst {at_16k:.3f}): {heard!r} | 16 kHz: {list(_reference.values())!r}")
+    allowed = 0.01 if jack_mic.rate > RATE else 1 / len(words(said)) + 0.001
+    assert here <= at_16k + allowed, f"{heard!r} against 16 kHz {list(_reference.values())!r}"
 
 
 # --- a device that refuses mono --------------------------------------------------------------
