@@ -38,6 +38,7 @@ CLOSE_WAIT_S = 1.0
 RELEASE_WAIT_S = 1.0
 """How long a new call waits for a cancelled recording to let go of the microphone before `busy`."""
 PA_INVALID_SAMPLE_RATE = -9997
+PA_INVALID_CHANNEL_COUNT = -9998
 OPEN_HINT = "Check that it is connected and not held by another program, call list_audio_devices, then try again."
 UNAVAILABLE_MESSAGE = (
     f"The microphone could not be opened within {OPEN_TIMEOUT_S:g} s: the sound system (PulseAudio, PipeWire "
@@ -240,38 +241,67 @@ class _AudioThread:
 
 
 def _open_stream(device_index: int, blocks: queue.SimpleQueue) -> tuple[Any, Any]:
-    """Open at 16 kHz; when the device refuses that rate, open at its own rate and resample."""
+    """Open at 16 kHz mono. A device that refuses that rate (JACK opens only at the server's rate)
+    is opened at its own rate and resampled; one that refuses mono at its channel count and
+    downmixed. Up to three tries: (16 kHz, 1) -> rate or channels fixed -> both fixed."""
     import sounddevice as sd
 
-    def callback(indata: Any, frames: int, when: Any, status: Any) -> None:
-        blocks.put(indata[:, 0].copy())
-
-    try:
-        return _input_stream(sd, device_index, SAMPLE_RATE, callback), None
-    except sd.PortAudioError as exc:
-        if not _is_rate_error(exc):
-            raise CaptureError(f"Could not open the microphone: {exc}. {OPEN_HINT}") from None
-    rate = int(sd.query_devices(device_index)["default_samplerate"])
-    log.info("device cannot record at 16 kHz; recording at %d Hz and resampling", rate)
-    try:
-        stream = _input_stream(sd, device_index, rate, callback)
-    except sd.PortAudioError as exc:
-        raise CaptureError(f"Could not open the microphone: {exc}. {OPEN_HINT}") from None
+    rate, channels = SAMPLE_RATE, 1
+    for _ in range(3):
+        try:
+            stream = _input_stream(sd, device_index, rate, channels, _callback(blocks, channels))
+            break
+        except sd.PortAudioError as exc:
+            info = sd.query_devices(device_index)
+            if rate == SAMPLE_RATE and _is_rate_error(exc):
+                rate = int(info["default_samplerate"])
+            elif channels == 1 and _is_channel_error(exc) and info["max_input_channels"] > 1:
+                channels = int(info["max_input_channels"])
+            else:
+                raise CaptureError(f"Could not open the microphone: {exc}. {OPEN_HINT}") from None
+    else:  # a device whose own default rate is refused too
+        raise CaptureError(f"Could not open the microphone at 16 kHz nor at {rate} Hz. {OPEN_HINT}")
+    if (rate, channels) != (SAMPLE_RATE, 1):
+        log.info("device records at %d Hz, %d channel(s); converting to 16 kHz mono", rate, channels)
+    if rate == SAMPLE_RATE:
+        return stream, None
     import soxr
 
     return stream, soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16", quality="HQ")
 
 
-def _input_stream(sd: Any, device_index: int, rate: int, callback: Any) -> Any:
+def _callback(blocks: queue.SimpleQueue, channels: int) -> Callable[..., None]:
+    """The PortAudio callback: queue a copy of the block, mono (the mean of the channels, computed in
+    float32 so that two loud channels cannot overflow int16) for a device that only records more."""
+    if channels == 1:
+
+        def mono(indata: Any, frames: int, when: Any, status: Any) -> None:
+            blocks.put(indata[:, 0].copy())
+
+        return mono
+    import numpy as np
+
+    def downmix(indata: Any, frames: int, when: Any, status: Any) -> None:
+        blocks.put(np.rint(indata.mean(axis=1, dtype=np.float32)).astype(np.int16))
+
+    return downmix
+
+
+def _input_stream(sd: Any, device_index: int, rate: int, channels: int, callback: Any) -> Any:
     blocksize = WINDOW_SAMPLES if rate == SAMPLE_RATE else int(rate * WINDOW_SAMPLES / SAMPLE_RATE)
     return sd.InputStream(
-        samplerate=rate, channels=1, dtype="int16", blocksize=blocksize, device=device_index, callback=callback
+        samplerate=rate, channels=channels, dtype="int16", blocksize=blocksize, device=device_index, callback=callback
     )
 
 
 def _is_rate_error(exc: Exception) -> bool:
     args = getattr(exc, "args", ())
     return (len(args) > 1 and args[1] == PA_INVALID_SAMPLE_RATE) or "sample rate" in str(exc).lower()
+
+
+def _is_channel_error(exc: Exception) -> bool:
+    args = getattr(exc, "args", ())
+    return (len(args) > 1 and args[1] == PA_INVALID_CHANNEL_COUNT) or "channels" in str(exc).lower()
 
 
 def _consume(
