@@ -148,7 +148,7 @@ def endpoint_config(plan: Plan) -> EndpointConfig:
 class Listener:
     """Per-window bookkeeping: VAD + endpointer when stopping on silence, progress, level meter.
 
-    `on_window` is the recorder's callback: it returns a stop reason or None. With a phrase
+    `on_window` takes each window the engine pulls: it returns a stop reason or None. With a phrase
     worker, finished phrases are cut and handed over while the speaker goes on, and what was
     said since the last cut is transcribed speculatively as soon as they pause.
     """
