@@ -3,7 +3,8 @@
     python bench/run.py [--runs N] [--json OUT] [--skip-venv]
 
 Needs what the tests need (PulseAudio, paplay, espeak-ng, sox, libportaudio2) and a
-whisper model: /work/assets/ggml-tiny.en.bin, or MCP_LISTEN_TEST_MODEL, or --model.
+whisper model: MCP_LISTEN_TEST_MODEL, or --model, else tests/assets/ggml-tiny.en.bin (the one the
+test suite builds: `python tools/make_test_assets.py model tests/assets/ggml-tiny.en.bin`).
 bench/README.md explains every figure and how it is measured.
 """
 
@@ -29,9 +30,7 @@ import startup
 from rig import ROOT, Rig
 from stats import fmt, summary, verdict
 
-DEFAULT_MODEL = Path(
-    os.environ.get("MCP_LISTEN_TEST_MODEL", "/work/assets/ggml-tiny.en.bin")
-)
+DEFAULT_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL") or ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
 BASE_MIN_BYTES = 100 * 1024 * 1024
 """A real ggml-base.en.bin is 148 MB; smaller files of that name are test stand-ins."""
 

@@ -46,7 +46,7 @@ STORY = (
 
 
 def model_path() -> Path:
-    for candidate in filter(None, [os.environ.get("MCP_LISTEN_TEST_MODEL"), "/work/assets/ggml-tiny.en.bin",
+    for candidate in filter(None, [os.environ.get("MCP_LISTEN_TEST_MODEL"),
                                    str(REPO / "tests" / "assets" / "ggml-tiny.en.bin")]):
         if Path(candidate).is_file():
             return Path(candidate)

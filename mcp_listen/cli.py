@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from mcp_listen import __version__
+from mcp_listen import limits, package_version
 from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, InvalidArgument, ListenError
 
 log = logging.getLogger("mcp_listen")
@@ -45,14 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in voice_commands:
         p = sub.add_parser(name, help=help_text)
         if name == "transcribe":
-            p.add_argument("file", type=Path, help="16 kHz mono 16-bit WAV file")
+            p.add_argument("file", type=Path, help=f"{limits.SAMPLE_RATE_KHZ} kHz mono 16-bit WAV file")
         else:
             _recording_options(p, stop_default=True)
         _whisper_options(p)
     query = sub.add_parser("query", help="run voice_query from a terminal and print its result")
     _recording_options(query, stop_default=True)
     _whisper_options(query)
-    query.add_argument("--model", help="Ollama model (default llama3.2)")
+    query.add_argument("--model", help=f"Ollama model (default {limits.DEFAULT_LLM_MODEL})")
     query.add_argument("--prompt", help="system prompt")
     models = sub.add_parser("models", help="list whisper models, or pull one")
     models_sub = models.add_subparsers(dest="models_command", parser_class=_Parser, metavar="ACTION")
@@ -68,8 +68,8 @@ def _doctor_and_config(sub: Any) -> None:
 
     doctor = sub.add_parser("doctor", help="check microphone, models and Ollama, and say how to fix what is missing")
     doctor.add_argument("--device", help="check this device id or index instead of the default input")
-    doctor.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
-    doctor.add_argument("--model", help="Ollama model (default llama3.2)")
+    doctor.add_argument("--whisper-model", help=f"model name, file name or path (default {limits.DEFAULT_WHISPER_MODEL})")
+    doctor.add_argument("--model", help=f"Ollama model (default {limits.DEFAULT_LLM_MODEL})")
     doctor.add_argument("--json", action="store_true", help="print a machine-readable report")
     config = sub.add_parser("config", help="print the MCP configuration for a client")
     config.add_argument("client", choices=list(CLIENTS), metavar="CLIENT", help=", ".join(CLIENTS))
@@ -77,30 +77,22 @@ def _doctor_and_config(sub: Any) -> None:
     config.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable for the server")
 
 
-def package_version() -> str:
-    """The installed distribution's version (what pip, pipx or uvx installed), else the source tree's."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mcp-listen")
-    except PackageNotFoundError:
-        return __version__
-
-
 def _whisper_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--whisper-model", help="model name, file name or path (default ggml-base.en.bin)")
-    p.add_argument("--language", help="language code or name, or auto (default en)")
+    p.add_argument("--whisper-model", help=f"model name, file name or path (default {limits.DEFAULT_WHISPER_MODEL})")
+    p.add_argument("--language", help=f"language code or name, or auto (default {limits.DEFAULT_LANGUAGE})")
     p.add_argument("--translate", action="store_true", default=None, help="English text from any language")
 
 
 def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:
-    p.add_argument("--duration-ms", type=int, help="length (a maximum with stop-on-silence), 100-30000")
+    duration = f"length (a maximum with stop-on-silence), {limits.MIN_DURATION_MS}-{limits.MAX_DURATION_MS}"
+    p.add_argument("--duration-ms", type=int, help=duration)
     p.add_argument("--device", help="device id, index or name (see: mcp-listen devices)")
     if stop_default:
         p.add_argument("--no-stop-on-silence", dest="stop_on_silence", action="store_false", default=None)
     else:
         p.add_argument("--stop-on-silence", action="store_true", default=None)
-    p.add_argument("--silence-ms", type=int, help="silence that ends the recording, 100-10000")
+    silence = f"silence that ends the recording, {limits.MIN_SILENCE_MS}-{limits.MAX_SILENCE_MS}"
+    p.add_argument("--silence-ms", type=int, help=silence)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

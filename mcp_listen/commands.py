@@ -10,6 +10,9 @@ from mcp_listen import contracts
 from mcp_listen.cli import print_json, tool_args
 from mcp_listen.config import Settings
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
+from mcp_listen.levels import level_db
+from mcp_listen.limits import SAMPLE_RATE, SAMPLE_RATE_KHZ
+from mcp_listen.model_names import SUGGESTED_MODEL
 from mcp_listen.pipeline import Engine
 from mcp_listen.results import wire
 
@@ -93,7 +96,7 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     for folder in settings.model_search_dirs:
         print(f"  {folder}")
     if not found:
-        print(f"No whisper models found. Fetch one: {command('models', 'pull', 'base.en')}")
+        print(f"No whisper models found. Fetch one: {command('models', 'pull', SUGGESTED_MODEL)}")
         return EXIT_UNAVAILABLE
     for m in found:
         print(f"  {m.name:<24} {m.size_bytes / 1e6:8.1f} MB  {m.path}")
@@ -109,12 +112,14 @@ def _read_wav(path: Any) -> Any:
 
     try:
         with wave.open(str(path), "rb") as wav:
-            ok = wav.getnchannels() == 1 and wav.getsampwidth() == 2 and wav.getframerate() == 16000
+            ok = wav.getnchannels() == 1 and wav.getsampwidth() == 2 and wav.getframerate() == SAMPLE_RATE
             data = wav.readframes(wav.getnframes())
     except (OSError, wave.Error, EOFError) as exc:
         raise InvalidArgument(f"Cannot read {path}: {exc}") from None
     if not ok:
-        raise InvalidArgument(f"{path} must be a 16 kHz mono 16-bit WAV (convert: sox IN -r 16000 -c 1 -b 16 OUT.wav)")
+        raise InvalidArgument(
+            f"{path} must be a {SAMPLE_RATE_KHZ} kHz mono 16-bit WAV (convert: sox IN -r {SAMPLE_RATE} -c 1 -b 16 OUT.wav)"
+        )
     return np.frombuffer(data, dtype="<i2")
 
 
@@ -132,8 +137,6 @@ class _Meter:
         self.count += 1
         if self.count % 3:
             return
-        from mcp_listen.vad import level_db
-
         db = level_db(window)  # the level the endpointer uses
         filled = int(max(0.0, min(1.0, (db + 60) / 60)) * 40)
         vad = "speech" if speaking else "      "
@@ -147,8 +150,7 @@ class _Meter:
 
 def doctor(opts: argparse.Namespace, settings: Settings) -> int:
     """Check what voice_query needs; exit 69 when something it needs is missing."""
-    from mcp_listen import doctor as checks
-    from mcp_listen.cli import package_version
+    from mcp_listen import doctor as checks, package_version
 
     device = tool_args(opts, ("device",)).get("device")
     report = checks.run(settings, device=device, whisper_model=opts.whisper_model, model=opts.model)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 
-from mcp_listen import contracts, languages
+from mcp_listen import languages, limits
 from mcp_listen.errors import ConfigError
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
@@ -54,7 +54,7 @@ class Settings:
     whisper_threads: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
     """CPU threads whisper.cpp uses (MCP_LISTEN_WHISPER_THREADS)."""
 
-    defaults: contracts.Defaults = contracts.Defaults()
+    defaults: limits.Defaults = limits.Defaults()
     """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,
     MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS): set once in the
     client's config instead of in every call."""
@@ -136,7 +136,7 @@ def _length(limit: int) -> Callable[[str], str]:
 
 def _silence_ms(raw: str) -> int:
     value = int(raw)
-    if not (contracts.MIN_SILENCE_MS <= value <= contracts.MAX_SILENCE_MS):
+    if not (limits.MIN_SILENCE_MS <= value <= limits.MAX_SILENCE_MS):
         raise ValueError(raw)
     return value
 
@@ -215,11 +215,11 @@ _SETTINGS = {
 }
 
 _DEFAULTS = {
-    "whisper_model": ("MCP_LISTEN_WHISPER_MODEL", _length(contracts.MAX_WHISPER_MODEL_CHARS), "a whisper model name, file name or path"),
+    "whisper_model": ("MCP_LISTEN_WHISPER_MODEL", _length(limits.MAX_WHISPER_MODEL_CHARS), "a whisper model name, file name or path"),
     "language": ("MCP_LISTEN_LANGUAGE", languages.normalize, languages.ACCEPTED),
-    "model": ("MCP_LISTEN_OLLAMA_MODEL", _length(contracts.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
-    "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(contracts.MAX_PROMPT_CHARS), "a system prompt"),
-    "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, contracts.ACCEPTED["silence_ms"]),
+    "model": ("MCP_LISTEN_OLLAMA_MODEL", _length(limits.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
+    "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(limits.MAX_PROMPT_CHARS), "a system prompt"),
+    "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, limits.ACCEPTED["silence_ms"]),
 }
 
 
@@ -232,7 +232,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     problems: list[str] = []
     values = _read_all(env, _SETTINGS, problems)
     values.update({k: v for k, v in overrides.items() if v is not None})
-    defaults = contracts.Defaults(**_read_all(env, _DEFAULTS, problems))  # type: ignore[arg-type]
+    defaults = limits.Defaults(**_read_all(env, _DEFAULTS, problems))  # type: ignore[arg-type]
     return Settings(**values, defaults=defaults, problems=tuple(problems))  # type: ignore[arg-type]
 
 

@@ -6,58 +6,43 @@ integer goes, an empty device id — each is rejected with a message that names 
 argument, the accepted range and the value received. `null` means "use the
 default". Result models give each tool its `outputSchema`; results are dumped
 with `exclude_unset`, so a field is present exactly when the contract says so.
+The numbers these models and their descriptions state (ranges, defaults, the audio
+format) live in limits.py and are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from mcp_listen import languages
 from mcp_listen.errors import InvalidArgument
-
-SAMPLE_RATE = 16000
-"""The one audio format inside mcp-listen: 16 kHz mono int16 (whisper's and Silero's rate)."""
-WINDOW_SAMPLES = 512
-"""One window of the listening loop: what Silero VAD takes at 16 kHz (32 ms)."""
-WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
-CHANNELS = 1
-NO_SPEECH_TIMEOUT_MS = 10000
-"""stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
-MIN_DURATION_MS, MAX_DURATION_MS = 100, 30000
-MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10000
-CAPTURE_DURATION_MS = 5000
-"""Default length of a fixed recording (and of a voice tool's with stop_on_silence: false)."""
-LISTEN_DURATION_MS = 15000
-"""Default ceiling of a voice tool's recording while it stops on silence."""
-DEFAULT_SILENCE_MS = 1000
-DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
-DEFAULT_LANGUAGE = "en"
-DEFAULT_LLM_MODEL = "llama3.2"
-DEFAULT_PROMPT = "You are a helpful assistant."
-MAX_PROMPT_CHARS = 100_000
-"""System prompts up to this length are accepted (the Node edition's users pass 32,000+)."""
-MAX_WHISPER_MODEL_CHARS = 1024
-MAX_LLM_MODEL_CHARS = 200
-
-
-@dataclass(frozen=True)
-class Defaults:
-    """The effective defaults of the optional arguments: the contract's, or the user's
-    (MCP_LISTEN_* in the client config). Tool descriptions and schemas state these values."""
-
-    whisper_model: str = DEFAULT_WHISPER_MODEL
-    language: str = DEFAULT_LANGUAGE
-    model: str = DEFAULT_LLM_MODEL
-    prompt: str = DEFAULT_PROMPT
-    silence_ms: int = DEFAULT_SILENCE_MS
-
-    def words(self) -> dict[str, Any]:
-        """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
-        return {**_CONSTANTS, **asdict(self)}
+from mcp_listen.limits import (  # noqa: F401 - re-exported: callers import the audio constants from here
+    ACCEPTED,
+    CAPTURE_DURATION_MS,
+    CHANNELS,
+    DEFAULT_LANGUAGE,
+    DEFAULT_LLM_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_SILENCE_MS,
+    DEFAULT_WHISPER_MODEL,
+    LISTEN_DURATION_MS,
+    MAX_DEVICE_CHARS,
+    MAX_DURATION_MS,
+    MAX_LLM_MODEL_CHARS,
+    MAX_PROMPT_CHARS,
+    MAX_SILENCE_MS,
+    MAX_WHISPER_MODEL_CHARS,
+    MIN_DURATION_MS,
+    MIN_SILENCE_MS,
+    NO_SPEECH_TIMEOUT_MS,
+    SAMPLE_RATE,
+    WINDOW_MS,
+    WINDOW_SAMPLES,
+    Defaults,
+)
 
 
 def _integral_float_to_int(value: Any) -> Any:
@@ -92,36 +77,11 @@ def _text(max_length: int) -> Any:
 
 DurationMs = _whole(MIN_DURATION_MS, MAX_DURATION_MS)
 SilenceMs = _whole(MIN_SILENCE_MS, MAX_SILENCE_MS)
-DeviceRef = Union[_whole(0), Annotated[StrictStr, Field(min_length=1, max_length=512)]]
+DeviceRef = Union[_whole(0), Annotated[StrictStr, Field(min_length=1, max_length=MAX_DEVICE_CHARS)]]
 Language = Annotated[
     Optional[Annotated[StrictStr, Field(min_length=1, max_length=32), AfterValidator(_language)]],
     BeforeValidator(_empty_is_default),
 ]
-
-ACCEPTED = {
-    "duration_ms": f"an integer from {MIN_DURATION_MS} to {MAX_DURATION_MS} (milliseconds)",
-    "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
-    "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
-    "stop_on_silence": "a boolean",
-    "translate": "a boolean",
-    "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
-    "characters; empty means the default)",
-    "language": languages.ACCEPTED,
-    "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters; empty means the default)",
-    "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
-}
-
-_CONSTANTS = {
-    "min_duration_ms": MIN_DURATION_MS,
-    "max_duration_ms": MAX_DURATION_MS,
-    "min_silence_ms": MIN_SILENCE_MS,
-    "max_silence_ms": MAX_SILENCE_MS,
-    "capture_duration_ms": CAPTURE_DURATION_MS,
-    "listen_duration_ms": LISTEN_DURATION_MS,
-    "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
-    "max_prompt_chars": MAX_PROMPT_CHARS,
-}
-
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from mcp_listen.config import redact_url
-from mcp_listen.errors import LLMError
+from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.ollama_http import (
     MAX_REPLY_CHARS,
     REDIRECTS,
@@ -39,6 +39,8 @@ from mcp_listen.ollama_http import (
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1
+PROBE_TIMEOUT_S = 3.0
+"""`doctor` waits this long for Ollama's version and model list together."""
 
 
 def ask(
@@ -78,7 +80,7 @@ def _collect(worker: ChatWorker, target: Target, model: str, timeout_s: float,
     parts: list[str] = []
     while True:
         if cancel is not None and cancel.is_set():
-            raise LLMError("The request to Ollama was cancelled.", code="cancelled")
+            raise Cancelled("The request to Ollama was cancelled.")
         remaining = worker.deadline - time.monotonic()
         if remaining <= 0:
             raise _timeout(timeout_s, model)
@@ -168,7 +170,7 @@ def _error_text(body: bytes) -> str:
     return text.strip()[:500]
 
 
-def probe(host: str, model: str | None, timeout_s: float = 3) -> dict[str, Any]:
+def probe(host: str, model: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """For `doctor`: is Ollama up, which version, is `model` pulled? Never raises.
 
     Same rules as `ask`: one deadline for the whole probe, no redirects, bounded replies.

@@ -15,7 +15,7 @@ from mcp_listen import ggml
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.model_file import ModelKey, _ModelFile, _opened, _os_error
 from mcp_listen.model_memory import _check_memory, _instances, _is_resident
-from mcp_listen.model_names import _short_name
+from mcp_listen.model_names import short_name
 from mcp_listen.model_probe import _start_probe
 
 _walked: dict[ModelKey, ggml.Model] = {}
@@ -64,7 +64,7 @@ def _walk(mf: _ModelFile) -> ggml.Model:
 
 
 def _invalid_message(path: Path, why: str) -> str:
-    pull = command("models", "pull", _short_name(path.name))
+    pull = command("models", "pull", short_name(path.name))
     if why.startswith("truncated"):
         return f"Whisper model {path} is {why}: re-download it with: {pull}"
     return f"{path} is not a usable whisper model: {why}. Replace it, or download one with: {pull}"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mcp_listen.errors import TranscriptionError, command
-from mcp_listen.model_names import _short_name
+from mcp_listen.model_names import short_name
 
 _OPEN_FLAGS = (
     os.O_RDONLY
@@ -106,7 +106,7 @@ def _os_error(path: Path, exc: OSError) -> TranscriptionError:
     if isinstance(exc, FileNotFoundError):
         return TranscriptionError(
             f"Whisper model file {path} does not exist. Download it with: "
-            f"{command('models', 'pull', _short_name(path.name))}",
+            f"{command('models', 'pull', short_name(path.name))}",
             code="model_not_found",
         )
     hint = " Make it readable by this user, or use another model." if isinstance(exc, PermissionError) else ""
@@ -127,7 +127,7 @@ def english_only_remedy(path: Path) -> str | None:
         head = os.pread(model.fd, 8, 0)
     if len(head) < 8 or struct.unpack("<i", head[4:8])[0] > ENGLISH_ONLY_VOCAB:
         return None
-    short = _short_name(path.name)
+    short = short_name(path.name)
     multilingual = short[:-3] if short.endswith(".en") else "base"
     return (
         f'Use a multilingual model: {command("models", "pull", multilingual)}, then pass '

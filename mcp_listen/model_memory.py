@@ -1,6 +1,6 @@
 """Whether a whisper model fits in memory here: whisper.cpp aborts the process when it does not.
 
-The need comes from ggml.memory_needed; the room from MemAvailable, the cgroup's memory.max,
+The need comes from ggml_plan.memory_needed; the room from MemAvailable, the cgroup's memory.max,
 RLIMIT_AS and RLIMIT_DATA. Models this process already holds (the registered `_instances`, the
 resident Transcribers) count as free: loading another replaces them.
 """
@@ -11,9 +11,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from mcp_listen import ggml
+from mcp_listen import ggml, ggml_plan
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.model_file import ModelKey, _ModelFile
+from mcp_listen.model_names import SUGGESTED_MODEL
 
 _instances: weakref.WeakSet[Any] = weakref.WeakSet()
 """The live Transcribers (each registers itself): `threads`, `_key`, `_model`, `_needs` are read."""
@@ -27,13 +28,13 @@ def _check_memory(mf: _ModelFile, model: ggml.Model, threads: int) -> None:
     held = _held_by_others(mf.key)
     if held is None:
         return  # this very model is resident: nothing new to allocate
-    needs = ggml.memory_needed(model, threads)
+    needs = ggml_plan.memory_needed(model, threads)
     for label, need, room in _memory_rooms(needs):
         if need > room + getattr(held, _ROOM_KIND[label]):
             raise TranscriptionError(
                 f"Whisper model {mf.path} needs about {need / 1e6:.0f} MB to load and run, but {label} "
                 f"leaves {max(room, 0) / 1e6:.0f} MB. Free memory or raise the limit, or use a smaller "
-                f"model (e.g. {command('models', 'pull', 'base.en')}).",
+                f"model (e.g. {command('models', 'pull', SUGGESTED_MODEL)}).",
                 code="model_invalid",
             )
 
@@ -50,18 +51,18 @@ def _is_resident(key: ModelKey) -> bool:
     return any(tr._key == key and tr._model is not None for tr in list(_instances))
 
 
-def _held_by_others(key: ModelKey) -> ggml.Needs | None:
+def _held_by_others(key: ModelKey) -> ggml_plan.Needs | None:
     """Memory resident models of this process hold (None if `key` itself is resident)."""
-    total = ggml.Needs(0, 0, 0)
+    total = ggml_plan.Needs(0, 0, 0)
     for tr in list(_instances):
         if tr._key == key and tr._model is not None:
             return None
         if tr._needs is not None:
-            total = ggml.Needs(*(a + b for a, b in zip(vars(total).values(), vars(tr._needs).values())))
+            total = ggml_plan.Needs(*(a + b for a, b in zip(vars(total).values(), vars(tr._needs).values())))
     return total
 
 
-def _memory_rooms(needs: ggml.Needs) -> list[tuple[str, int, int]]:
+def _memory_rooms(needs: ggml_plan.Needs) -> list[tuple[str, int, int]]:
     """(what limits us, bytes needed against it, bytes it leaves) for each limit that applies."""
     labels = list(_ROOM_KIND)
     rooms = [

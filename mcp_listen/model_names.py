@@ -10,12 +10,19 @@ import os
 from pathlib import Path
 
 from mcp_listen.errors import TranscriptionError, command
+from mcp_listen.limits import DEFAULT_WHISPER_MODEL
 
 
-def _short_name(file_name: str) -> str:
-    """`ggml-base.en.bin` -> `base.en`: the name `mcp-listen models pull` takes."""
-    name = file_name[:-4] if file_name.endswith(".bin") else file_name
-    return name[5:] if name.startswith("ggml-") else name
+def short_name(name: str) -> str:
+    """`/x/ggml-base.en.bin`, `ggml-base.en.bin` or `base.en` -> `base.en`: the name
+    `mcp-listen models pull` takes, and the one remedies and model listings show."""
+    base = Path(name).name
+    base = base[:-4] if base.endswith(".bin") else base
+    return base[5:] if base.startswith("ggml-") else base
+
+
+SUGGESTED_MODEL = short_name(DEFAULT_WHISPER_MODEL)
+"""The model a remedy suggests pulling (`base.en`): the contract's default whisper model."""
 
 
 def _file_name(name: str) -> str:
@@ -44,7 +51,7 @@ def resolve_model(name: str, search_dirs: list[Path]) -> Path:
             return path
         raise TranscriptionError(
             f"Whisper model file {path} does not exist. Check the path, or download a standard model "
-            f"with: {command('models', 'pull', _short_name(path.name) or 'base.en')}",
+            f"with: {command('models', 'pull', short_name(path.name) or SUGGESTED_MODEL)}",
             code="model_not_found",
         )
     dirs = [_expand(str(d)) for d in search_dirs]
@@ -58,7 +65,7 @@ def resolve_model(name: str, search_dirs: list[Path]) -> Path:
     where = ", ".join(str(d) for d in [*dirs, "the working directory"])
     raise TranscriptionError(
         f'Whisper model "{name}" not found: looked for {relative} in {where}. '
-        f"Download it with: {command('models', 'pull', _short_name(Path(relative).name))}",
+        f"Download it with: {command('models', 'pull', short_name(relative))}",
         code="model_not_found",
     )
 

@@ -20,7 +20,7 @@ from typing import Any
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.model_file import ModelKey, _ModelFile
 from mcp_listen.model_memory import _rlimit_room
-from mcp_listen.model_names import _short_name
+from mcp_listen.model_names import short_name
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _wait_probe(proc: subprocess.Popen, timeout: float) -> str:
 def _probe_message(path: Path, status: int, err: str) -> str:
     lines = [line.strip() for line in err.splitlines() if line.strip()]
     detail = lines[-1][:300] if lines else "no message"
-    pull = command("models", "pull", _short_name(path.name))
+    pull = command("models", "pull", short_name(path.name))
     if status == PROBE_EXIT_REFUSED:
         return f"whisper.cpp cannot load {path}: {detail}. Replace it, or download one with: {pull}"
     signalled = status < 0 and -status in signal.valid_signals()

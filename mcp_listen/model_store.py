@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mcp_listen.errors import TranscriptionError, command
+from mcp_listen.model_names import SUGGESTED_MODEL, short_name
 
 if TYPE_CHECKING:
     from mcp_listen.config import Settings
@@ -74,7 +75,7 @@ def list_models(settings: Settings) -> list[ModelInfo]:
                 size = path.stat().st_size
             except OSError:
                 continue
-            found.append(ModelInfo(name=path.name[5:-4], size_bytes=size, path=path))
+            found.append(ModelInfo(name=short_name(path.name), size_bytes=size, path=path))
     return found
 
 
@@ -119,7 +120,7 @@ def pull(
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.match(name) or ".." in name:
         raise TranscriptionError(
-            f"{name!r} is not a whisper model name. Use a name like base.en; standard models: "
+            f"{name!r} is not a whisper model name. Use a name like {SUGGESTED_MODEL}; standard models: "
             + ", ".join(STANDARD_MODELS),
             code="unknown_model",
         )

@@ -28,23 +28,21 @@ from urllib.parse import unquote, urlsplit
 from mcp_listen import __version__
 from mcp_listen.config import normalize_ollama_host, redact_url
 from mcp_listen.errors import LLMError
+from mcp_listen.ollama_stream import MAX_LINE_BYTES, MAX_REPLY_CHARS, LineReader, Status, TooLarge, parse_part
+
+__all__ = ["MAX_REPLY_CHARS", "REDIRECTS", "ChatWorker", "ConnectFailed", "Deadline", "Status", "StreamEnded",
+           "Target", "TooLarge", "get_json", "tls_context"]
 
 CONNECT_TIMEOUT_S = 10.0
-MAX_REPLY_CHARS = 1_000_000
-"""Reply text beyond this is refused (reply_too_large): an answer to read aloud is far shorter."""
-MAX_LINE_BYTES = MAX_REPLY_CHARS + 64 * 1024
-"""One NDJSON line: a part's JSON around at most the whole reply text."""
 READ_BYTES = 64 * 1024
 MAX_ERROR_BODY = 64 * 1024
 REDIRECTS = (301, 302, 303, 307, 308)
+DEADLINE_GRACE_S = 0.05
+"""A bounded GET's own reads stop at the deadline; its caller waits this much longer for the verdict."""
 
 
 class StreamEnded(Exception):
     """The stream closed without Ollama's final `done` message."""
-
-
-class TooLarge(Exception):
-    """The reply passed MAX_REPLY_CHARS of text, or one line passed MAX_LINE_BYTES."""
 
 
 class Deadline(Exception):
@@ -53,14 +51,6 @@ class Deadline(Exception):
 
 class ConnectFailed(Exception):
     """No connection: refused, no route, name unknown, TLS refused, or connect timed out."""
-
-
-class Status(Exception):
-    """A non-2xx answer (status 0: an error inside the stream), its Location and the body's start."""
-
-    def __init__(self, status: int, location: str, body: bytes) -> None:
-        super().__init__(status)
-        self.status, self.location, self.body = status, location, body
 
 
 @dataclass(frozen=True)
@@ -165,7 +155,7 @@ class ChatWorker(threading.Thread):
             self._sock.settimeout(left)
 
     def _stream(self, response: Any) -> None:
-        lines = _LineReader()
+        lines = LineReader()
         total = 0
         while True:
             self._arm()
@@ -173,7 +163,7 @@ class ChatWorker(threading.Thread):
             if not data or self._abandoned:
                 raise StreamEnded()
             for line in lines.feed(data):
-                content, done = _parse_part(line)
+                content, done = parse_part(line)
                 total += len(content)
                 if total > MAX_REPLY_CHARS:
                     raise TooLarge()
@@ -182,37 +172,6 @@ class ChatWorker(threading.Thread):
                 if done:
                     self.events.put(("done", None))
                     return
-
-
-class _LineReader:
-    """Splits a byte stream into NDJSON lines, refusing a line longer than MAX_LINE_BYTES."""
-
-    def __init__(self) -> None:
-        self._pending = bytearray()
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self._pending += data
-        if b"\n" not in data:  # only new bytes can end a line: a drip costs no rescans
-            if len(self._pending) > MAX_LINE_BYTES:
-                raise TooLarge()
-            return []
-        *lines, rest = self._pending.split(b"\n")
-        if len(rest) > MAX_LINE_BYTES or any(len(line) > MAX_LINE_BYTES for line in lines):
-            raise TooLarge()
-        self._pending = bytearray(rest)
-        return [line for line in lines if line.strip()]
-
-
-def _parse_part(line: bytes) -> tuple[str, bool]:
-    """(content, done) of one streamed part; an `error` field is Ollama failing mid-stream."""
-    part = json.loads(line)
-    if not isinstance(part, dict):
-        raise ValueError("a streamed part is not a JSON object")
-    if part.get("error"):
-        raise Status(0, "", str(part["error"]).encode())
-    message = part.get("message") or {}
-    content = message.get("content") if isinstance(message, dict) else None
-    return (content if isinstance(content, str) else ""), bool(part.get("done"))
 
 
 def _check_status(response: Any, arm: Any) -> None:
@@ -248,7 +207,32 @@ def tls_context() -> Any:
 
 
 def get_json(target: Target, path: str, deadline: float) -> dict[str, Any]:
-    """GET one small JSON object, every read bounded by `deadline`."""
+    """GET one small JSON object by `deadline`, or raise Deadline.
+
+    The exchange runs in a daemon thread because resolving a host name (getaddrinfo) cannot be
+    given a timeout: a resolver that never answers holds it for the resolver's own timeouts
+    (5 s x 2 attempts by default), and the caller must not wait that out. The thread ends when
+    the resolver gives up; every read after that is bounded by `deadline` too.
+    """
+    outcome: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            outcome.put((True, _get_json(target, path, deadline)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
+            outcome.put((False, exc))
+
+    threading.Thread(target=run, name="ollama-get", daemon=True).start()
+    try:
+        ok, value = outcome.get(timeout=max(0.0, deadline - time.monotonic()) + DEADLINE_GRACE_S)
+    except queue.Empty:
+        raise Deadline() from None
+    if not ok:
+        raise value
+    return value
+
+
+def _get_json(target: Target, path: str, deadline: float) -> dict[str, Any]:
     conn = target.connection(min(CONNECT_TIMEOUT_S, max(0.01, deadline - time.monotonic())))
     try:
         try:

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from mcp_listen import ggml, model_check, model_probe
+from mcp_listen import ggml_plan, model_check, model_probe
 from mcp_listen.errors import Cancelled, TranscriptionError, command
 from mcp_listen.model_file import ModelKey, _ModelFile, _opened
 from mcp_listen.model_memory import _check_memory, _instances
-from mcp_listen.model_names import _short_name
+from mcp_listen.model_names import short_name
 from mcp_listen.model_probe import _exiting, _probe_settled, _whisper_module
 from mcp_listen.whisper_text import MIN_SAMPLES, _as_float32, _collapse_repeat, _drop_repeats
 from mcp_listen.whisper_text import _pad_to_whisper_minimum, audio_ctx_for, max_tokens_for
@@ -76,7 +76,7 @@ class Transcriber:
         self._lock = threading.RLock()
         self._model: Any = None
         self._key: ModelKey | None = None
-        self._needs: ggml.Needs | None = None
+        self._needs: ggml_plan.Needs | None = None
         self._path: Path | None = None
         self._multilingual = False
         _instances.add(self)
@@ -104,7 +104,7 @@ class Transcriber:
             model_probe._probe(mf)
             self._model, self._multilingual = _load_model(pw, mf, self.threads)
             self._key, self._path = mf.key, path
-            self._needs = ggml.memory_needed(model, self.threads)
+            self._needs = ggml_plan.memory_needed(model, self.threads)
 
     def unload(self) -> None:
         """Free the resident model's memory."""
@@ -232,7 +232,7 @@ def _load_model(pw: Any, mf: _ModelFile, threads: int) -> tuple[Any, bool]:
     if failed:
         raise TranscriptionError(
             f"Cannot load whisper model {name}: {failed[0]}. Re-download it with: "
-            f"{command('models', 'pull', _short_name(name))}",
+            f"{command('models', 'pull', short_name(name))}",
             code="model_load_failed",
         )
     log.info("whisper model %s loaded (%d threads)", name, threads)

@@ -17,6 +17,9 @@ import os
 import sys
 
 REFUSED = 3
+SAMPLE_RATE = 16000
+"""whisper.cpp's input rate: limits.SAMPLE_RATE, copied because this script runs isolated
+(`python -I`) and imports nothing from mcp_listen; tests/test_homes.py pins the two equal."""
 # One encoder pass (every encoder op, including the convolutions an all-F32 file aborts in) and
 # one decoder step, as cheaply as whisper_full allows: ~0.3 s on tiny.en. One thread: OpenMP
 # threads spin, and on a busy 2-core machine two of them made this 1-4 s instead.
@@ -62,7 +65,7 @@ def main(argv: list[str]) -> int:
     params = pw.whisper_full_default_params(pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
     for name, value in SMALLEST_RUN.items():
         setattr(params, name, value)
-    silence = np.zeros(16000 * 11 // 10, dtype=np.float32)
+    silence = np.zeros(SAMPLE_RATE * 11 // 10, dtype=np.float32)
     if pw.whisper_full(ctx, params, silence, silence.size) != 0:
         sys.stderr.write((errors[-1] if errors else "whisper_full failed").strip() + "\n")
         return REFUSED

@@ -23,9 +23,15 @@ from pathlib import Path
 CANARY = "mcp-listen-canary.example"
 
 
-def wrap(log: Path, cmd: list[str]) -> list[str]:
-    """The command line that runs `cmd` inside the namespace, logging lookups to `log`."""
-    return ["unshare", "--net", "--mount", "--", sys.executable, str(Path(__file__).resolve()), str(log), "--", *cmd]
+def wrap(log: Path, cmd: list[str], *, silent: bool = False) -> list[str]:
+    """The command line that runs `cmd` inside the namespace, logging lookups to `log`.
+
+    `silent`: the resolver logs queries but never answers, and resolv.conf keeps glibc's default
+    patience (5 s x 2 attempts), as with a DNS server that is down or firewalled.
+    """
+    mode = ["--silent"] if silent else []
+    return ["unshare", "--net", "--mount", "--", sys.executable, str(Path(__file__).resolve()), str(log), *mode,
+            "--", *cmd]
 
 
 def unavailable() -> str | None:
@@ -57,7 +63,7 @@ def nxdomain(packet: bytes) -> bytes:
     return packet[:2] + flags + packet[4:6] + b"\x00\x00\x00\x00\x00\x00" + packet[12:]
 
 
-def _serve(sock: socket.socket, log: Path, parent: int) -> None:
+def _serve(sock: socket.socket, log: Path, parent: int, answer: bool) -> None:
     sock.settimeout(0.2)
     with open(log, "a", buffering=1) as out:
         while os.getppid() == parent:
@@ -68,7 +74,8 @@ def _serve(sock: socket.socket, log: Path, parent: int) -> None:
             if len(packet) < 12:
                 continue
             out.write(query_name(packet) + "\n")
-            sock.sendto(nxdomain(packet), peer)
+            if answer:
+                sock.sendto(nxdomain(packet), peer)
 
 
 def _detach_stdio() -> None:
@@ -80,12 +87,14 @@ def _detach_stdio() -> None:
 
 
 def main(argv: list[str]) -> None:
-    log, sep, *cmd = argv
-    assert sep == "--" and cmd, "usage: dns_sink.py LOG -- CMD..."
+    log, *rest = argv
+    silent = rest[:1] == ["--silent"]
+    sep, *cmd = rest[1:] if silent else rest
+    assert sep == "--" and cmd, "usage: dns_sink.py LOG [--silent] -- CMD..."
     log_path = Path(log)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     resolv = log_path.with_name(log_path.name + ".resolv.conf")
-    resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    resolv.write_text("nameserver 127.0.0.1\n" + ("" if silent else "options timeout:1 attempts:1\n"))
     subprocess.run(["mount", "--bind", str(resolv), "/etc/resolv.conf"], check=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 53))
@@ -93,10 +102,12 @@ def main(argv: list[str]) -> None:
     if os.fork() == 0:
         try:
             _detach_stdio()
-            _serve(sock, log_path, parent)
+            _serve(sock, log_path, parent, answer=not silent)
         finally:
             os._exit(0)
     sock.close()
+    if silent:
+        os.execvp(cmd[0], cmd)  # a canary lookup would wait out the resolver's 10 s
     try:
         socket.getaddrinfo(CANARY, 80, socket.AF_INET)
     except socket.gaierror:

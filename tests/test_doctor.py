@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pytest
 
 import audio_assets
@@ -230,25 +229,6 @@ def test_ollama_errors_on_every_endpoint(vmic, models_dir, tmp_path):
 
 
 # ----------------------------------------------------------------------------- pure parts
-
-
-def test_level_dbfs():
-    assert doctor.level_dbfs(np.zeros(4800, dtype=np.int16)) == (None, None)
-    full = np.full(4800, 32767, dtype=np.int16)
-    assert doctor.level_dbfs(full) == (0.0, 0.0)
-    t = np.arange(16000) / 16000
-    sine = (0.5 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
-    rms, peak = doctor.level_dbfs(sine)
-    assert rms == pytest.approx(-9.0, abs=0.1) and peak == pytest.approx(-6.0, abs=0.1)
-    tiny = np.zeros(4800, dtype=np.int16)
-    tiny[0] = 1
-    assert doctor.level_dbfs(tiny)[0] == -120.0
-
-
-def test_short_model_name():
-    assert doctor.short_model_name("ggml-base.en.bin") == "base.en"
-    assert doctor.short_model_name("/m/ggml-large-v3-turbo.bin") == "large-v3-turbo"
-    assert doctor.short_model_name("small") == "small"
 
 
 def test_portaudio_remedy_per_platform():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -10,10 +13,11 @@ from typing import Iterator
 
 import pytest
 
+import dns_sink
 from fake_ollama import FakeOllama, refused_url
 from mcp_listen import llm
 from mcp_listen.config import normalize_ollama_host
-from mcp_listen.errors import LLMError
+from mcp_listen.errors import Cancelled, LLMError
 from rpc import error_of
 
 
@@ -27,6 +31,14 @@ def _ask(host: str, text: str = "what time is it", **kw) -> str:
     args = dict(text=text, model="llama3.2", system_prompt="Answer briefly.", host=host, timeout_s=10.0)
     args.update(kw)
     return llm.ask(**args)
+
+
+def _cancelled(host: str, **kw) -> Cancelled:
+    """A cancel is not an Ollama failure: it ends the call as cancelled (exit 130), not in stage llm."""
+    with pytest.raises(Cancelled) as err:
+        _ask(host, **kw)
+    assert not isinstance(err.value, LLMError)
+    return err.value
 
 
 def _code(host: str, **kw) -> LLMError:
@@ -105,7 +117,7 @@ def test_cancel_stops_quickly(fake: FakeOllama, mode: str) -> None:
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     start = time.monotonic()
-    err = _code(fake.url, timeout_s=30.0, cancel=cancel)
+    err = _cancelled(fake.url, timeout_s=30.0, cancel=cancel)
     took = time.monotonic() - start
     assert err.code == "cancelled"
     assert took < 1.5  # set at 0.5 s: stops within 1 s of it
@@ -114,7 +126,7 @@ def test_cancel_stops_quickly(fake: FakeOllama, mode: str) -> None:
 def test_already_cancelled_sends_nothing_useful(fake: FakeOllama) -> None:
     cancel = threading.Event()
     cancel.set()
-    assert _code(fake.url, cancel=cancel).code == "cancelled"
+    assert _cancelled(fake.url, cancel=cancel).code == "cancelled"
 
 
 @pytest.mark.parametrize("form", ["127.0.0.1:{port}", ":{port}", "http://127.0.0.1:{port}", "http://127.0.0.1:{port}/"])
@@ -173,8 +185,7 @@ def test_fake_stops_fast_with_hanging_handlers() -> None:
     fake = FakeOllama(mode="hang").start()
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
-    with pytest.raises(LLMError):
-        _ask(fake.url, cancel=cancel)
+    _cancelled(fake.url, cancel=cancel)
     start = time.monotonic()
     fake.stop()
     assert time.monotonic() - start < 1.0
@@ -292,8 +303,51 @@ def test_cancel_closes_the_connection_at_once(fake: FakeOllama) -> None:
     fake.mode = "drip"
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
-    assert _code(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
+    assert _cancelled(fake.url, timeout_s=30.0, cancel=cancel).code == "cancelled"
     assert _until(lambda: fake.open_connections == 0 and not _chat_threads(), 2)
+
+
+_SLOW_RESOLVER_CHECKS = """
+import json, sys, time
+from mcp_listen import llm
+host, out = "http://ollama.example:11434", {}
+began = time.monotonic()
+try:
+    llm.preflight(host, "llama3.2")
+    out["preflight"] = "let through"
+except Exception as exc:
+    out["preflight"] = getattr(exc, "code", type(exc).__name__)
+out["preflight_s"] = time.monotonic() - began
+began = time.monotonic()
+out["probe"] = llm.probe(host, "llama3.2", timeout_s=1.0)["error"]
+out["probe_s"] = time.monotonic() - began
+began = time.monotonic()
+try:
+    llm.ask(text="hi", model="llama3.2", system_prompt="", host=host, timeout_s=1.0)
+except Exception as exc:
+    out["ask"] = getattr(exc, "code", type(exc).__name__)
+out["ask_s"] = time.monotonic() - began
+print(json.dumps(out))
+"""
+
+
+def test_a_resolver_that_never_answers_holds_no_call_past_its_deadline(tmp_path: Path) -> None:
+    """OLLAMA_HOST names a host and the DNS server is down: getaddrinfo has no timeout of its own
+    (glibc waits 5 s x 2 attempts), so every exchange must end by its deadline around it. The
+    pre-check lets the question through (the question has its own deadline and keeps the
+    transcript) instead of holding the microphone back for 10 s and then refusing."""
+    reason = dns_sink.unavailable()
+    if reason:
+        pytest.skip(reason)
+    queries = tmp_path / "queries.log"
+    cmd = dns_sink.wrap(queries, [sys.executable, "-c", _SLOW_RESOLVER_CHECKS], silent=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert "ollama.example" in queries.read_text().split(), "the host name was never looked up"
+    assert out["preflight"] == "let through" and out["preflight_s"] < 3 * llm.PREFLIGHT_TIMEOUT_S + 1, out
+    assert "did not answer within 1 s" in out["probe"] and out["probe_s"] < 4, out
+    assert out["ask"] == "timeout" and out["ask_s"] < 4, out
 
 
 # ================================================================ through the real server

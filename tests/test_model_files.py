@@ -24,7 +24,7 @@ import pytest
 
 import audio_assets as A
 import model_files as M
-from mcp_listen import ggml
+from mcp_listen import ggml, ggml_plan
 from mcp_listen import model_check as C, model_file as F, model_memory as MM, model_probe as P, transcriber as T
 from mcp_listen.errors import TranscriptionError
 from rpc import RawServer, error_of, server_env, tool_call
@@ -164,7 +164,7 @@ def test_a_genuine_model_under_an_address_space_limit(model_path: Path) -> None:
 def test_the_memory_estimate_is_enough_but_not_much_more(model_path: Path) -> None:
     """Under a limit of exactly what the check asks for, the model loads and transcribes."""
     with open(model_path, "rb") as f:
-        needs = ggml.memory_needed(ggml.read_model(f, model_path.stat().st_size), 2)
+        needs = ggml_plan.memory_needed(ggml.read_model(f, model_path.stat().st_size), 2)
     setup = (
         "import resource\n"
         "import _pywhispercpp\n"
