@@ -14,13 +14,14 @@ from mcp_listen.levels import level_db
 from mcp_listen.limits import SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.model_names import SUGGESTED_MODEL
 from mcp_listen.pipeline import Engine
+from mcp_listen.results import wire
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
 WHISPER_FIELDS = ("whisper_model", "language", "translate")
 
 
 def devices(opts: argparse.Namespace, settings: Settings) -> int:
-    found = Engine(settings).list_devices()
+    found = wire(Engine(settings).list_devices())["devices"]
     if opts.json:
         print_json(found)
         return EXIT_OK
@@ -43,21 +44,21 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
     finally:
         if meter:
             meter.close()
-    print_json(result)
+    print_json(wire(result))
     return EXIT_OK
 
 
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, *WHISPER_FIELDS)
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
-    print_json(Engine(settings).transcribe_voice(args, progress=_say))
+    print_json(wire(Engine(settings).transcribe_voice(args, progress=_say)))
     return EXIT_OK
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, *WHISPER_FIELDS, "model", "prompt")
     args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
-    print_json(Engine(settings).voice_query(args, progress=_say))
+    print_json(wire(Engine(settings).voice_query(args, progress=_say)))
     return EXIT_OK
 
 
@@ -66,9 +67,9 @@ def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
 
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, WHISPER_FIELDS))
     engine = Engine(settings)
-    model_path = engine.resolve_whisper_model(args.whisper_model)
+    model_path = engine.whisper.resolve(args.whisper_model)
     samples = _read_wav(opts.file)
-    raw = engine.transcribe_samples(samples, model_path, engine.language(args), translate=bool(args.translate)).text
+    raw = engine.whisper.transcribe(samples, model_path, engine.language(args), translate=bool(args.translate)).text
     print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
     return EXIT_OK
 

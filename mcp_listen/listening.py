@@ -21,7 +21,7 @@ from mcp_listen.contracts import (
     Defaults,
     TranscribeArgs,
 )
-from mcp_listen.endpoint import EndpointConfig, Endpointer
+from mcp_listen.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.phrases import PhraseCutter
 from mcp_listen.recorder import Recording
 from mcp_listen.vad import shared_vad
@@ -148,7 +148,7 @@ def endpoint_config(plan: Plan) -> EndpointConfig:
 class Listener:
     """Per-window bookkeeping: VAD + endpointer when stopping on silence, progress, level meter.
 
-    `on_window` is the recorder's callback: it returns a stop reason or None. With a phrase
+    `on_window` takes each window the engine pulls: it returns a stop reason or None. With a phrase
     worker, finished phrases are cut and handed over while the speaker goes on, and what was
     said since the last cut is transcribed speculatively as soon as they pause.
     """
@@ -197,7 +197,7 @@ class Listener:
         if self.endpointer is not None:
             probability, level = self.vad.hear(window, self.endpointer.needs_vad)
             reason = self.endpointer.feed(probability, level)
-            speaking = self.endpointer.speech_detected and probability >= 0.5
+            speaking = self.endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events()
             if self._cutter is not None:
                 self._keep(window, probability)

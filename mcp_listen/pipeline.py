@@ -1,96 +1,70 @@
-"""The engine: capture -> (VAD endpointing) -> transcribe -> ask, producing the contract's outcomes.
+"""The engine: capture -> (VAD endpointing) -> transcribe -> ask, producing typed results.
 
-This module composes the components and knows nothing of MCP: server.py and
-cli.py both call it, so the CLI debugs exactly the code path the tools run.
-Everything here is blocking and meant to run in a worker thread; `stop` is how
-a caller cancels, `progress` how it hears what is happening.
+This module composes the parts and knows nothing of MCP or of the wire: server.py and
+cli.py both call it and turn its results (results.py) into the contract's JSON, so the CLI
+debugs exactly the code path the tools run. Its collaborators are the small protocols of
+engine_parts.py, the real parts by default. Everything here is blocking and meant to run in
+a worker thread; `stop` is how a caller cancels, `progress` how it hears what is happening.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from mcp_listen import devices, memory, recordings, wavfile
+from mcp_listen import devices as device_list, memory, recordings, wavfile
 from mcp_listen.config import Settings, default_recordings_dir
-from mcp_listen.contracts import (
-    CHANNELS,
-    SAMPLE_RATE,
-    CaptureArgs,
-    CaptureResult,
-    StatusResult,
-    TranscribeArgs,
-    TranscribeResult,
-    VoiceQueryArgs,
-    VoiceQueryResult,
-)
-from mcp_listen.errors import Cancelled, LLMError, TranscriptionError
-from mcp_listen.listening import Heard, Listener, Meter, Plan, Progress
+from mcp_listen.contracts import CHANNELS, SAMPLE_RATE, CaptureArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.engine_parts import Asking, DeviceList, Hearing, Microphones, Ollama, Whisper
+from mcp_listen.errors import Cancelled, LLMError
+from mcp_listen.listening import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.phrases import PhraseWorker
-from mcp_listen.recorder import Claim, Recorder
-
-if TYPE_CHECKING:
-    import numpy as np
-
-log = logging.getLogger(__name__)
-
-NO_SPEECH_MESSAGE = (
-    "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
-)
-NO_WORDS_MESSAGE = (
-    "Speech was detected but could not be transcribed. It may have been too quiet, too brief, or unclear. "
-    "Ask the user to repeat, a little louder and closer to the microphone."
-)
-
-
-@dataclass(frozen=True)
-class Spoken:
-    """What a voice tool heard: the recording, the usable text (None: no words), the language."""
-
-    heard: Heard
-    text: str | None
-    plan: Plan
-    language: str
-    """The language code whisper transcribed in (the detected one for `auto`)."""
+from mcp_listen.recorder import Claim, Recorder, Tape
+from mcp_listen.results import Answered, Captured, Devices, Status, Transcribed
 
 
 class Engine:
-    """One per process: the microphone lock, the resident whisper model, the settings."""
+    """One per process: the microphone, the resident whisper model, the settings."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        recorder: Microphones | None = None,
+        whisper: Hearing | None = None,
+        llm: Asking | None = None,
+        vad: VoiceDetector | None = None,
+        devices: DeviceList | None = None,
+    ) -> None:
         self.settings = settings
-        self.recorder = Recorder()
-        self._transcriber: Any = None
-        self._transcriber_lock = threading.Lock()
-        self._portaudio = self.recorder.portaudio
-        """Held while a stream is open: PortAudio must not be re-initialised under it."""
+        self.recorder: Microphones = recorder or Recorder()
+        self.whisper: Hearing = whisper or Whisper(settings)
+        self.llm: Asking = llm or Ollama(settings)
+        self.vad = vad
+        """None: the process-wide Silero session (vad.shared_vad)."""
+        self.devices: DeviceList = devices or device_list
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
 
     # ------------------------------------------------------------------ devices and status
 
-    def list_devices(self) -> list[dict[str, Any]]:
+    def list_devices(self) -> Devices:
         """Current input devices; re-scanned (hot-plug) unless a recording holds PortAudio."""
-        if not self._portaudio.acquire(blocking=False):
-            return [d.public() for d in devices.list_inputs()]
+        portaudio = self.recorder.portaudio
+        if not portaudio.acquire(blocking=False):
+            return Devices(self.devices.list_inputs())
         try:
-            return [d.public() for d in devices.list_inputs(rescan=True)]
+            return Devices(self.devices.list_inputs(rescan=True))
         finally:
-            self._portaudio.release()
+            portaudio.release()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         claim = self.recorder.active
-        loaded = self._transcriber.loaded_path if self._transcriber is not None else None
-        return StatusResult(
-            recording=claim is not None,
-            tool=claim.tool if claim else None,
-            elapsed_ms=claim.elapsed_ms if claim else None,
-            device=claim.device if claim else None,
-            whisper_model_loaded=str(loaded) if loaded else None,
-        ).public()
+        loaded = self.whisper.loaded_path
+        if claim is None:
+            return Status(recording=False, whisper_model_loaded=str(loaded) if loaded else None)
+        return Status(True, claim.tool, claim.elapsed_ms, claim.device, str(loaded) if loaded else None)
 
     # ------------------------------------------------------------------ capture_audio
 
@@ -102,42 +76,46 @@ class Engine:
         progress: Progress | None = None,
         out: Path | None = None,
         meter: Meter | None = None,
-    ) -> dict[str, Any]:
+    ) -> Captured:
         plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
-        claim = self.recorder.claim("capture_audio", stop=_linked(stop, self.shutdown))
-        folder = None
+        cancel = _linked(stop, self.shutdown)
         try:
-            folder = self._recordings_folder() if out is None else None
-            heard = self._listen(plan, claim, stop, progress, meter)
-            samples = heard.recording.samples
-            if out is not None:
-                path = wavfile.write_to(out, samples, SAMPLE_RATE)
-            else:
-                path = wavfile.write_recording(folder, samples, SAMPLE_RATE)
-            if _linked(stop, self.shutdown).is_set():  # cancelled while the file was written
-                wavfile.remove(path)
-                raise Cancelled("The recording was cancelled.")
+            with self.recorder.claimed("capture_audio", stop=cancel) as claim:
+                folder = self._recordings_folder() if out is None else None
+                try:
+                    heard = self._listen(plan, claim, cancel, progress, meter)
+                    path = self._save(heard.recording.samples, out, folder, cancel)
+                finally:
+                    if folder is not None:
+                        folder.close()
         finally:
-            if folder is not None:
-                folder.close()
-            self.recorder.release(claim)
             memory.release_in_background()
-        result = CaptureResult(
+        endpointed = plan.stop_on_silence
+        return Captured(
             path=str(path),
             duration_ms=heard.duration_ms,
             sample_rate=SAMPLE_RATE,
             channels=CHANNELS,
-            size_bytes=wavfile.wav_size(len(samples)),
+            size_bytes=wavfile.wav_size(len(heard.recording.samples)),
+            stopped_by=heard.recording.stopped_by if endpointed else None,
+            speech_detected=bool(heard.speech_detected) if endpointed else None,
         )
-        if plan.stop_on_silence:
-            result.stopped_by = heard.recording.stopped_by
-            result.speech_detected = bool(heard.speech_detected)
-        return result.public()
 
     def _recordings_folder(self) -> recordings.Folder:
         """Checked and held open before recording: the WAV lands in the folder that was checked."""
         folder = self.settings.recordings_dir
         return recordings.open_folder(folder, ours=folder == default_recordings_dir())
+
+    def _save(self, samples: Any, out: Path | None, folder: Any, cancel: Any) -> Path:
+        """The WAV, written under the claim; gone again when the call was cancelled meanwhile."""
+        if out is not None:
+            path = wavfile.write_to(out, samples, SAMPLE_RATE)
+        else:
+            path = wavfile.write_recording(folder, samples, SAMPLE_RATE)
+        if cancel.is_set():
+            wavfile.remove(path)
+            raise Cancelled("The recording was cancelled.")
+        return path
 
     # ------------------------------------------------------------------ listening
 
@@ -145,83 +123,37 @@ class Engine:
         self,
         plan: Plan,
         claim: Claim,
-        stop: threading.Event | None,
+        stop: Any,
         progress: Progress | None,
         meter: Meter | None = None,
         phrases: PhraseWorker | None = None,
         on_speech: Callable[[], None] | None = None,
     ) -> Heard:
-        """Record per `plan` on the claimed microphone; with stop_on_silence the VAD decides the end.
+        """Record per `plan` on the claimed microphone, one window at a time, until the listener
+        says stop (the VAD decides, with stop_on_silence) or the ceiling is reached.
 
         `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
         model loads while the user talks, and never when nobody speaks).
         """
-        stop = _linked(stop, self.shutdown)
-        listener = Listener(plan, progress, meter, phrases, on_speech)
-
-        def started(device: Any) -> None:
-            claim.device = device.name
+        listener = Listener(plan, progress, meter, phrases, on_speech, vad=self.vad)
+        tape = Tape(plan.max_frames)
+        reason = None
+        with self.recorder.open(lambda: self.devices.resolve(plan.device), stop=stop) as microphone:
+            claim.device = name = microphone.device.name
             if progress:
-                progress(0, plan.max_ms, f"Listening on {device.name} (up to {plan.max_ms / 1000:g} s)")
+                progress(0, plan.max_ms, f"Listening on {name} (up to {plan.max_ms / 1000:g} s)")
+            for window in microphone:
+                if tape.add(window):  # wholly under the ceiling: heard
+                    reason = listener.on_window(window)
+                if reason is not None or tape.full:
+                    break
+        return listener.finished(tape.recording(reason or "ceiling"))
 
-        recording = self.recorder.record(
-            find_device=lambda: devices.resolve(plan.device),
-            max_frames=plan.max_frames,
-            on_window=listener.on_window,
-            stop=stop,
-            on_start=started,
-        )
-        return listener.finished(recording)
+    # ------------------------------------------------------------------ transcribe_voice
 
-    # ------------------------------------------------------------------ transcription
-
-    def transcriber(self) -> Any:
-        with self._transcriber_lock:
-            if self._transcriber is None:
-                from mcp_listen.transcriber import Transcriber
-
-                self._transcriber = Transcriber(threads=self.settings.whisper_threads)
-            return self._transcriber
-
-    def resolve_whisper_model(self, name: str | None) -> Path:
-        """Find and check the model before the microphone opens: nobody should speak in vain."""
-        from mcp_listen.model_check import validate_model_file
-        from mcp_listen.model_names import resolve_model
-
-        path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
-        validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
-        return path
-
-    def transcribe_samples(
-        self,
-        samples: "np.ndarray",
-        model_path: Path,
-        language: str,
-        cancel: Any = None,
-        prompt: str = "",
-        translate: bool = False,
-    ) -> Any:
-        """whisper's Words (text, language heard) for int16 samples."""
-        from mcp_listen.whisper_text import condition
-
-        audio = condition(samples)
-        options = dict(language=language, cancel=cancel, prompt=prompt, translate=translate)
-        return self.transcriber().hear(audio, path=model_path, **options)
-
-    def check_language(self, model_path: Path, language: str, translate: bool) -> None:
-        """An English-only model cannot hear another language, detect one or translate: say so
-        before the microphone opens, naming the multilingual model to use instead."""
-        from mcp_listen.model_file import english_only_remedy
-
-        if language != "en" or translate:
-            remedy = english_only_remedy(model_path)
-            if remedy:
-                wants = "translation" if translate else ("language detection" if language == "auto" else language)
-                raise TranscriptionError(
-                    f"The whisper model {model_path.name} understands only English, so it cannot do "
-                    f"{wants}. {remedy}",
-                    code="model_english_only",
-                )
+    def language(self, args: TranscribeArgs) -> str:
+        """The language code whisper is told: the argument's, else the configured default."""
+        return args.language or self.settings.defaults.language
 
     def hear_words(
         self,
@@ -231,7 +163,7 @@ class Engine:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
         before_recording: Callable[[], None] | None = None,
-    ) -> Spoken:
+    ) -> Transcribed:
         """Record and transcribe; the text is None when nobody spoke or no usable words came out.
 
         Finished phrases are transcribed during the recording (phrases.py), and what was said
@@ -239,19 +171,17 @@ class Engine:
         whisper loads once speech is heard.
         """
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
-        model_path = self.resolve_whisper_model(args.whisper_model)
+        model_path = self.whisper.resolve(args.whisper_model)
         language, translate = self.language(args), bool(args.translate)
-        self.check_language(model_path, language, translate)
+        self.whisper.check_language(model_path, language, translate)
         cancel = _linked(stop, self.shutdown)
         worker = self._phrase_worker(model_path, language, translate, cancel)
+        preload = lambda: self.whisper.preload(model_path)  # noqa: E731
         try:
-            claim = self.recorder.claim(tool, stop=cancel)
-            try:
+            with self.recorder.claimed(tool, stop=cancel) as claim:
                 if before_recording is not None:  # under the claim: one call at a time gets this far
                     before_recording()
-                heard = self._listen(plan, claim, stop, progress, phrases=worker, on_speech=lambda: self._preload(model_path))
-            finally:
-                self.recorder.release(claim)
+                heard = self._listen(plan, claim, cancel, progress, phrases=worker, on_speech=preload)
         except BaseException:
             worker.abandon()
             raise
@@ -259,48 +189,31 @@ class Engine:
 
     def _phrase_worker(self, model_path: Path, language: str, translate: bool, cancel: Any) -> PhraseWorker:
         def transcribe(audio: Any, prompt: str, lang: str, abort: threading.Event) -> tuple[str, str]:
-            words = self.transcribe_samples(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
+            words = self.whisper.transcribe(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
             return words.text, words.language
 
         return PhraseWorker(transcribe, language)
 
-    def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Spoken:
+    def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Transcribed:
         from mcp_listen.whisper_text import usable_text
 
+        text = None
         if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
             worker.abandon()
-            return Spoken(heard, None, plan, worker.language)
-        if progress:
-            progress(heard.duration_ms + 1, None, "Transcribing")
-        try:
-            raw = worker.finish(heard.remaining_speech(), heard.remaining_key())
-        finally:
-            memory.release_in_background()  # whisper's peak is behind us
-        return Spoken(heard, usable_text(raw), plan, worker.language)
+        else:
+            if progress:
+                progress(heard.duration_ms + 1, None, "Transcribing")
+            try:
+                text = usable_text(worker.finish(heard.remaining_speech(), heard.remaining_key()))
+            finally:
+                memory.release_in_background()  # whisper's peak is behind us
+        stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
+        return Transcribed(text, heard.duration_ms, worker.language, bool(heard.speech_detected), stopped_by)
 
-    def _preload(self, model_path: Path) -> None:
-        """Load the whisper model in the background while the user is still talking, not after."""
-        transcriber = self.transcriber()
-        threading.Thread(target=_quietly, args=(transcriber.load, model_path), daemon=True).start()
-
-    def transcribe_voice(self, args: TranscribeArgs, **kw: Any) -> dict[str, Any]:
-        spoken = self.hear_words(args, "transcribe_voice", **kw)
-        heard, plan = spoken.heard, spoken.plan
-        result = TranscribeResult(
-            transcription=spoken.text,
-            stopped_by=heard.recording.stopped_by if plan.stop_on_silence else None,
-            duration_ms=heard.duration_ms,
-            language=spoken.language,
-        )
-        if spoken.text is None:
-            _explain_silence(result, heard, plan)
-        return result.public()
+    def transcribe_voice(self, args: TranscribeArgs, **kw: Any) -> Transcribed:
+        return self.hear_words(args, "transcribe_voice", **kw)
 
     # ------------------------------------------------------------------ voice_query
-
-    def language(self, args: TranscribeArgs) -> str:
-        """The language code whisper is told: the argument's, else the configured default."""
-        return args.language or self.settings.defaults.language
 
     def voice_query(
         self,
@@ -308,87 +221,38 @@ class Engine:
         *,
         stop: threading.Event | None = None,
         progress: Progress | None = None,
-    ) -> dict[str, Any]:
+    ) -> Answered:
         """Record, transcribe, ask Ollama. Ollama and the model are checked before the microphone
         opens, and a failure after transcription still returns the transcript: the user never has
         to say it all again because of a dependency."""
         model = args.model or self.settings.defaults.model
-        preflight = lambda: self.check_llm(model)  # noqa: E731
-        spoken = self.hear_words(args, "voice_query", stop=stop, progress=progress, before_recording=preflight)
-        text = spoken.text
-        if text is None:
-            result = VoiceQueryResult(transcription=None, response=None)
-            _explain_silence(result, spoken.heard, spoken.plan)
-            return result.public()
+        preflight = lambda: self.llm.preflight(model)  # noqa: E731
+        heard = self.hear_words(args, "voice_query", stop=stop, progress=progress, before_recording=preflight)
+        if heard.text is None:
+            return Answered(heard, model, None)
         if progress:
-            progress(spoken.heard.duration_ms + 2, None, f"Asking {model}")
+            progress(heard.duration_ms + 2, None, f"Asking {model}")
         prompt = args.prompt or self.settings.defaults.prompt
-        response = self.ask(text, model, prompt, _linked(stop, self.shutdown))
-        return VoiceQueryResult(transcription=text, response=response, model=model).public()
+        return Answered(heard, model, self.ask(heard.text, model, prompt, _linked(stop, self.shutdown)))
 
-    def check_llm(self, model: str) -> None:
-        """Fail before recording when Ollama is down or lacks `model` (bounded, cached briefly)."""
-        from mcp_listen import llm
-
-        threading.Thread(target=_quietly, args=(_import_llm_client,), daemon=True).start()
-        llm.preflight(self.settings.ollama_host, model)
-
-    def ask(self, text: str, model: str, prompt: str, stop: threading.Event | None) -> str:
-        from mcp_listen import llm
-
+    def ask(self, text: str, model: str, prompt: str, stop: Any) -> str:
         try:
-            return llm.ask(
-                text=text,
-                model=model,
-                system_prompt=prompt,
-                host=self.settings.ollama_host,
-                timeout_s=self.settings.ollama_timeout_s,
-                cancel=stop,
-            )
+            return self.llm.ask(text, model, prompt, stop)
         except LLMError as exc:  # the Node shape of outcome 5, for every LLM failure: nothing said is lost
             exc.extra.update(transcription=text, response=None, model=model, message=exc.message)
             raise
 
 
-def _explain_silence(result: Any, heard: Heard, plan: Plan) -> None:
-    """The two no-words outcomes differ only in speech_detected: the caller branches on it.
-
-    With a fixed length the contract leaves speech_detected and stopped_by out (as the Node
-    edition does); the message still says what the VAD heard.
-    """
-    if plan.stop_on_silence:
-        result.speech_detected = bool(heard.speech_detected)
-        result.stopped_by = heard.recording.stopped_by
-    result.message = NO_WORDS_MESSAGE if heard.speech_detected else NO_SPEECH_MESSAGE
-
-
-def _quietly(fn: Callable[..., Any], *args: Any) -> None:
-    """Background preload: a failure here is reported by the real call, which retries the load."""
-    try:
-        fn(*args)
-    except Exception as exc:  # noqa: BLE001
-        log.debug("background model load failed: %s", type(exc).__name__)
-
-
-def _import_llm_client() -> None:
-    """Ready the Ollama client while the user talks: on a first call it costs ~0.2 s after they stop."""
-    from mcp_listen import llm
-
-    llm.warm_up()
-
-
-def _linked(stop: threading.Event | None, shutdown: threading.Event) -> threading.Event:
+def _linked(stop: threading.Event | None, shutdown: threading.Event) -> Any:
     """One event that is set when either the call is cancelled or the process shuts down."""
-    linked = _AnyEvent(stop, shutdown)
-    return linked  # type: ignore[return-value]
+    return _AnyEvent(stop, shutdown)
 
 
 class _AnyEvent:
     """Quacks like threading.Event for `is_set`, true when any of the given events is set."""
 
-    def __init__(self, *events: threading.Event | None) -> None:
+    def __init__(self, *events: Any) -> None:
         self._events = [e for e in events if e is not None]
 
     def is_set(self) -> bool:
         return any(e.is_set() for e in self._events)
-

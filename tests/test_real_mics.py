@@ -228,12 +228,12 @@ def test_a_stereo_only_device_is_opened_in_stereo_downmixed_and_resampled(monkey
 
     import numpy as np
 
-    from mcp_listen import recorder
+    from mcp_listen import stream_open
 
     fake = _StereoOnly48k()
     monkeypatch.setitem(sys.modules, "sounddevice", fake)
     blocks: queue.SimpleQueue = queue.SimpleQueue()
-    _, resampler = recorder._open_stream(3, blocks)
+    _, resampler = stream_open._open_stream(3, blocks)
     assert fake.tries == [(16000, 1), (48000, 1), (48000, 2)]
     loud = np.array([[32767, 32767], [-32768, -32768], [32767, -32768], [1000, 3001], [-7, 0]], dtype=np.int16)
     fake.callback(loud, len(loud), None, None)
@@ -248,12 +248,12 @@ def test_a_stereo_only_device_is_opened_in_stereo_downmixed_and_resampled(monkey
 def test_a_device_refusing_even_its_own_rate_fails_with_a_clear_error(monkeypatch):
     import queue
 
-    from mcp_listen import recorder
+    from mcp_listen import stream_open
     from mcp_listen.errors import CaptureError
 
     fake = _StereoOnly48k()
     fake.query_devices = lambda index: {"default_samplerate": 16000.0, "max_input_channels": 2}
     monkeypatch.setitem(sys.modules, "sounddevice", fake)
     with pytest.raises(CaptureError, match="Could not open the microphone"):
-        recorder._open_stream(3, queue.SimpleQueue())
+        stream_open._open_stream(3, queue.SimpleQueue())
     assert len(fake.tries) <= 3

@@ -1,0 +1,186 @@
+"""pipeline.Engine in memory: every collaborator a fake behind its protocol (engine_parts.py).
+
+The microphone is the real Recorder (its claim) with `open` replaced by scripted numpy
+windows, the VAD calls a window speech when it is loud, whisper and Ollama are fakes that
+record what they were asked. No sound card, no model, no daemon: the engine's own loop,
+claim, results and error shapes are what is tested.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mcp_listen.config import Settings
+from mcp_listen.contracts import WINDOW_SAMPLES as WINDOW, CaptureArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.devices import InputDevice
+from mcp_listen.errors import DeviceBusy, LLMError
+from mcp_listen.pipeline import Engine
+from mcp_listen.recorder import Recorder
+from mcp_listen.results import Answered, Captured, Transcribed
+
+LOUD, QUIET = 3000, 0
+MIC = InputDevice(7, "Scripted Mic", "test:scripted", 1, 16000.0, True)
+
+
+class LoudnessVAD:
+    """Speech exactly where the window is loud."""
+
+    def reset(self) -> None:
+        pass
+
+    def hear(self, window: Any, needs_vad: Any = None) -> tuple[float, float]:
+        loud = int(np.abs(window).max()) >= LOUD
+        return (0.95, -20.0) if loud else (0.02, -70.0)
+
+
+class ScriptedMic:
+    def __init__(self, device: Any, windows: list[np.ndarray], on_first: Any) -> None:
+        self.device, self._windows, self._on_first = device, windows, on_first
+        self.pulled = 0
+
+    def __iter__(self):
+        for window in self._windows:
+            if self.pulled == 0 and self._on_first:
+                self._on_first()
+            self.pulled += 1
+            yield window
+        raise AssertionError("the engine pulled more windows than the script has")
+
+
+class ScriptedRecorder(Recorder):
+    """The real claim; `open` yields scripted windows from the device the engine resolves."""
+
+    def __init__(self, *runs: tuple[int, int], on_first: Any = None) -> None:
+        super().__init__()
+        self.windows = [np.full(WINDOW, level, dtype=np.int16) for level, count in runs for _ in range(count)]
+        self.on_first, self.mics, self.log = on_first, [], []
+
+    @contextmanager
+    def open(self, find_device: Any = None, *, device_index: Any = None, stop: Any = None):
+        self.log.append(("open", self.active.tool, self.active.device))
+        mic = ScriptedMic(find_device(), self.windows, self.on_first)
+        self.mics.append(mic)
+        yield mic
+        self.log.append(("closed", self.active.device))
+
+
+@dataclass
+class Words:
+    text: str
+    language: str
+
+
+class FakeWhisper:
+    loaded_path = None
+
+    def __init__(self, text: str = " What time is it?") -> None:
+        self.text, self.heard, self.preloaded = text, [], []
+
+    def resolve(self, name: str | None) -> Path:
+        return Path("/models") / (name or "ggml-fake.bin")
+
+    def check_language(self, model_path: Path, language: str, translate: bool) -> None:
+        pass
+
+    def transcribe(self, samples, model_path, language, cancel=None, prompt="", translate=False) -> Words:
+        self.heard.append(len(samples))
+        return Words(self.text, language)
+
+    def preload(self, model_path: Path) -> None:
+        self.preloaded.append(model_path)
+
+
+class FakeLLM:
+    def __init__(self, reply: str | BaseException = "Noon.") -> None:
+        self.reply, self.asked, self.log = reply, [], None
+
+    def preflight(self, model: str) -> None:
+        self.log.append(("preflight", model))
+
+    def ask(self, text: str, model: str, prompt: str, cancel: Any) -> str:
+        self.asked.append((text, model, prompt))
+        if isinstance(self.reply, BaseException):
+            raise self.reply
+        return self.reply
+
+
+class OneDevice:
+    def list_inputs(self, *, rescan: bool = False) -> list[InputDevice]:
+        return [MIC]
+
+    def resolve(self, device: Any, *, rescan: bool = False) -> InputDevice:
+        return MIC
+
+
+def engine(recorder: ScriptedRecorder, tmp_path: Path, whisper: Any = None, llm: Any = None) -> Engine:
+    llm = llm or FakeLLM()
+    llm.log = recorder.log
+    settings = Settings(recordings_dir=tmp_path / "recordings")
+    return Engine(settings, recorder=recorder, whisper=whisper or FakeWhisper(), llm=llm,
+                  vad=LoudnessVAD(), devices=OneDevice())
+
+
+def test_voice_query_listens_until_the_pause_then_asks(tmp_path):
+    recorder = ScriptedRecorder((QUIET, 10), (LOUD, 40), (QUIET, 200))
+    whisper, llm = FakeWhisper(), FakeLLM()
+    answered = engine(recorder, tmp_path, whisper, llm).voice_query(VoiceQueryArgs())
+    assert isinstance(answered, Answered)
+    assert answered.question.text == "What time is it?" and answered.response == "Noon."
+    assert answered.question.stopped_by == "silence" and answered.question.speech_detected is True
+    assert llm.asked == [("What time is it?", "llama3.2", "You are a helpful assistant.")]
+    # preflight under the claim and before the microphone opened; the claim named the device; released after
+    assert recorder.log == [("preflight", "llama3.2"), ("open", "voice_query", None), ("closed", "Scripted Mic")]
+    assert recorder.active is None
+    pulled = recorder.mics[0].pulled
+    assert 50 + 25 <= pulled <= 50 + 40  # about 1 s of silence after the speech, not the whole script
+    assert answered.question.duration_ms == pulled * WINDOW * 1000 // 16000
+    assert whisper.preloaded == [Path("/models/ggml-fake.bin")]
+
+
+def test_nobody_speaks_no_words_and_whisper_never_runs(tmp_path):
+    recorder = ScriptedRecorder((QUIET, 400))
+    whisper = FakeWhisper()
+    heard = engine(recorder, tmp_path, whisper).transcribe_voice(TranscribeArgs())
+    assert heard == Transcribed(None, 10_016, "en", False, "no_speech_timeout")  # 313 windows: the first past 10 s
+    assert whisper.heard == [] and whisper.preloaded == []
+
+
+def test_fixed_length_capture_keeps_exactly_the_asked_samples(tmp_path):
+    recorder = ScriptedRecorder((LOUD, 100))
+    captured = engine(recorder, tmp_path).capture(CaptureArgs(duration_ms=1000))  # 16000 = 31.25 windows
+    assert isinstance(captured, Captured)
+    assert (captured.duration_ms, captured.stopped_by, captured.speech_detected) == (1000, None, None)
+    assert recorder.mics[0].pulled == 32
+    assert captured.size_bytes == 44 + 32000 == Path(captured.path).stat().st_size
+    assert Path(captured.path).parent == tmp_path / "recordings"
+
+
+def test_a_second_call_while_recording_is_busy(tmp_path):
+    outcomes = []
+    recorder = ScriptedRecorder((QUIET, 40))
+    the_engine = engine(recorder, tmp_path)
+
+    def second_call() -> None:
+        with pytest.raises(DeviceBusy) as busy:
+            the_engine.transcribe_voice(TranscribeArgs())
+        outcomes.append(busy.value.code)
+
+    recorder.on_first = second_call
+    the_engine.capture(CaptureArgs(duration_ms=1000))
+    assert outcomes == ["busy"] and recorder.active is None
+
+
+def test_an_llm_failure_keeps_the_transcription(tmp_path):
+    recorder = ScriptedRecorder((LOUD, 30), (QUIET, 100))
+    llm = FakeLLM(LLMError("Ollama is not running.", code="ollama_unreachable"))
+    with pytest.raises(LLMError) as failed:
+        engine(recorder, tmp_path, llm=llm).voice_query(VoiceQueryArgs(model="qwen"))
+    assert failed.value.extra == {"transcription": "What time is it?", "response": None, "model": "qwen",
+                                  "message": "Ollama is not running."}
+    assert recorder.active is None
