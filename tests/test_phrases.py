@@ -35,6 +35,16 @@ def test_no_cut_for_a_short_phrase_or_a_short_pause():
     assert feed(cutter, [LOUD] * 40 + [QUIET] * 7 + [LOUD] * 40) == []  # pause too short
 
 
+def test_a_long_phrase_ends_at_a_breath():
+    """Past long_phrase_ms a short gap ends the phrase, so the last one stays short enough for
+    whisper to finish within the silence window; before that, the same gap does not."""
+    cutter = PhraseCutter(pause_ms=256, lead_ms=96, min_phrase_ms=2560, long_phrase_ms=4000, long_pause_ms=96)
+    breath = [QUIET] * 3
+    probabilities = [LOUD] * 100 + breath + [LOUD] * 30 + breath + [LOUD] * 40
+    assert feed(cutter, probabilities) == [(0, 136)]  # 100 windows (3.2 s): no cut; 133 (4.3 s): cut
+    assert cutter.start_window == 136
+
+
 def test_soft_windows_are_never_a_pause():
     cutter = PhraseCutter(pause_ms=256, min_phrase_ms=640)
     assert feed(cutter, [LOUD] * 40 + [SOFT] * 30 + [LOUD] * 10) == []
