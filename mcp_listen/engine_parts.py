@@ -65,6 +65,8 @@ class Hearing(Protocol):
         self, samples: Any, model_path: Path, language: str, cancel: Any = None, prompt: str = "", translate: bool = False
     ) -> Any: ...
 
+    def detect(self, samples: Any, model_path: Path, cancel: Any = None) -> Any: ...
+
     def preload(self, model_path: Path) -> None: ...
 
 
@@ -128,6 +130,12 @@ class Whisper:
 
         options = dict(language=language, cancel=cancel, prompt=prompt, translate=translate)
         return self.transcriber().hear(condition(samples), path=model_path, **options)
+
+    def detect(self, samples: Any, model_path: Path, cancel: Any = None) -> Any:
+        """whisper's Detected (language, probability) for the first seconds of int16 samples."""
+        from mcp_listen.whisper_text import condition
+
+        return self.transcriber().detect(condition(samples), path=model_path, cancel=cancel)
 
     def preload(self, model_path: Path) -> None:
         """Load the model in the background while the user is still talking, not after."""

@@ -16,6 +16,7 @@ from mcp_listen.contracts import (
     LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
+    WINDOW_MS,
     WINDOW_SAMPLES as WINDOW,
     CaptureArgs,
     Defaults,
@@ -36,6 +37,9 @@ Meter = Callable[[Any, bool], None]
 """meter(window, speaking): the CLI's level display."""
 
 TRAILING_KEEP_MS = 300
+LANGUAGE_AFTER_MS = (2000, 4000)
+"""Speech heard (from the onset) when the language is detected for `auto`: early enough that a
+short utterance is not left to pay for detection after the stop, again later when unsure."""
 """Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
 
 
@@ -69,6 +73,8 @@ class PhraseSink(Protocol):
     def submit(self, audio: Any) -> None: ...
 
     def speculate(self, audio: Any, key: tuple[int, int]) -> None: ...
+
+    def detect(self, audio: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,8 @@ class Listener:
         self._kept: list[Any] = []
         self._speculated: tuple[int, int] | None = None
         self._cutter = PhraseCutter() if phrases is not None else None
+        self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
+        """Windows after the onset at which the language is detected."""
         self.vad: VoiceDetector | None = None
         self.endpointer: EndpointDecider | None = None
         if plan.stop_on_silence or phrases is not None:
@@ -201,6 +209,7 @@ class Listener:
             self._note_events()
             if self._cutter is not None:
                 self._keep(window, probability)
+                self._detect_language()
         if self.meter is not None:
             self.meter(window, speaking)
         if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
@@ -239,6 +248,15 @@ class Listener:
             self.phrases.submit(self._audio(start * WINDOW, end * WINDOW))
             self.phrase_start_frame = end * WINDOW
         self._speculate()
+
+    def _detect_language(self) -> None:
+        """At set lengths of speech, hand what was said so far to learn the language from."""
+        onset = self.endpointer.speech_started_window
+        if onset is None or not self.speech_detected:
+            return
+        if self.windows - onset in self._language_marks:
+            start = max(0, onset - self.PRE_ROLL_WINDOWS) * WINDOW
+            self.phrases.detect(self._audio(start, self.windows * WINDOW))
 
     def _speculate(self) -> None:
         """In a pause, once the word's tail is recorded: transcribe now, in case this is the end.

@@ -192,7 +192,11 @@ class Engine:
             words = self.whisper.transcribe(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
             return words.text, words.language
 
-        return PhraseWorker(transcribe, language)
+        def detect(audio: Any, abort: threading.Event) -> tuple[str, float]:
+            detected = self.whisper.detect(audio, model_path, _AnyEvent(cancel, abort))
+            return detected.language, detected.probability
+
+        return PhraseWorker(transcribe, language, detect)
 
     def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Transcribed:
         from mcp_listen.whisper_text import usable_text

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mcp_listen import ggml_plan, model_check, model_probe
+from mcp_listen.contracts import SAMPLE_RATE
 from mcp_listen.errors import Cancelled, TranscriptionError, command
 from mcp_listen.model_file import ModelKey, _ModelFile, _opened
 from mcp_listen.model_memory import _check_memory, _instances
 from mcp_listen.model_names import short_name
 from mcp_listen.model_probe import _exiting, _probe_settled, _whisper_module
+from mcp_listen.whisper_context import Detected, WhisperContext
 from mcp_listen.whisper_text import MIN_SAMPLES, _as_float32, _collapse_repeat, _drop_repeats
 from mcp_listen.whisper_text import _pad_to_whisper_minimum, audio_ctx_for, max_tokens_for
 
@@ -143,10 +145,37 @@ class Transcriber:
             raise Cancelled("The transcription was cancelled.")
         return words
 
+    def detect(self, audio_float32: Any, *, path: Path, cancel: Any = None) -> Detected:
+        """The language spoken in the first `DETECT_MAX_SAMPLES` of the audio, with whisper's
+        probability for it (an English-only model hears only English)."""
+        import numpy as np
+
+        audio = np.ascontiguousarray(_as_float32(audio_float32)[:DETECT_MAX_SAMPLES], dtype=np.float32)
+        with self._lock:
+            self.load(path)
+            detected = self._detect(audio) if self._multilingual else Detected("en", 1.0)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("The transcription was cancelled.")
+        return detected
+
+    def _detect(self, audio: np.ndarray) -> Detected:
+        import _pywhispercpp as pw
+
+        padded = _pad_to_whisper_minimum(audio)
+        try:
+            with _whisper_log(pw):
+                return self._model.detect(padded, audio_ctx_for(padded.size) or 1500, self.threads)
+        except Exception as exc:
+            raise TranscriptionError(
+                f"Language detection failed: {type(exc).__name__}: {exc}", code="transcription_failed"
+            ) from exc
+
     def _run(self, audio: np.ndarray, language: str, cancel: Any, prompt: str, translate: bool) -> Words:
         import _pywhispercpp as pw
 
         lang = _language(pw, language, self._multilingual)
+        if lang == "auto":  # whisper_full's own detection would encode at a stale context (whisper_context.py)
+            lang = self._detect(audio).language
         params = dict(
             language=lang,
             translate=translate and self._multilingual,
@@ -154,10 +183,6 @@ class Transcriber:
             no_context=True,
             initial_prompt=prompt[-PROMPT_CHARS:],
             single_segment=False,
-            print_progress=False,
-            print_realtime=False,
-            print_special=False,
-            print_timestamps=False,
             n_threads=self.threads,
             audio_ctx=audio_ctx_for(audio.size),
             temperature_inc=0.2,  # whisper's fallback: without it tiny.en looped (WER 0.43 vs 0.12-0.15)...
@@ -175,9 +200,8 @@ class Transcriber:
         failed = _failures(lines)
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
-        heard = self._model.language() if lang == "auto" else lang
         text = " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
-        return Words(_collapse_repeat(text), heard)
+        return Words(_collapse_repeat(text), lang)
 
 
 @dataclass(frozen=True)
@@ -188,6 +212,10 @@ class Words:
     language: str
     """The code whisper transcribed in: the detected one when it was asked for `auto`."""
 
+
+DETECT_MAX_SAMPLES = SAMPLE_RATE * 10
+"""Audio the language is detected on: its first 10 s. Whisper's detector reads one window of up
+to 30 s; encoding 10 s takes ~0.6 s with base on 2 cores, 30 s ~2 s."""
 
 PROMPT_CHARS = 600
 """Text carried into the next phrase's prompt: whisper keeps at most 224 prompt tokens (~900
@@ -221,7 +249,7 @@ def _load_model(pw: Any, mf: _ModelFile, threads: int) -> tuple[Any, bool]:
     name = mf.path.name
     try:
         with _whisper_log(pw) as lines:
-            model = _Whisper(pw, mf.loader_path)
+            model = WhisperContext(pw, mf.loader_path)
             failed = _failures(lines) or ([] if mf.still_named() else ["the file changed while it was loading"])
             if failed:
                 del model  # frees the (null) context while whisper.cpp's log is still captured
@@ -237,40 +265,6 @@ def _load_model(pw: Any, mf: _ModelFile, threads: int) -> tuple[Any, bool]:
         )
     log.info("whisper model %s loaded (%d threads)", name, threads)
     return model, bool(pw.whisper_is_multilingual(model.ctx))
-
-
-class _Whisper:
-    """One whisper.cpp context, driven through pywhispercpp's raw bindings (`_pywhispercpp`).
-
-    pywhispercpp's `Model` class would also import requests, tqdm and platformdirs for its
-    download helpers (+6 MB resident, measured), and it drops whisper_full's status code.
-    """
-
-    def __init__(self, pw: Any, path: str) -> None:
-        self._pw = pw
-        self.ctx = pw.whisper_init_from_file_with_params(path, pw.whisper_context_default_params())
-        self.params = pw.whisper_full_default_params(pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
-
-    def transcribe(self, audio: "np.ndarray", abort: Callable[[], bool], **params: Any) -> list[str]:
-        """whisper_full on float32 16 kHz audio; the segments' text (raises on a failed run)."""
-        pw = self._pw
-        for name, value in params.items():
-            setattr(self.params, name, value)
-        pw.assign_abort_callback(self.params, abort)
-        status = pw.whisper_full(self.ctx, self.params, audio, audio.size)
-        if status and not abort():
-            raise RuntimeError(f"whisper_full returned {status}")
-        count = pw.whisper_full_n_segments(self.ctx)
-        return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
-
-    def language(self) -> str:
-        """The language code the last run detected (asked for `auto`)."""
-        return self._pw.whisper_lang_str(self._pw.whisper_full_lang_id(self.ctx))
-
-    def __del__(self) -> None:
-        ctx, self.ctx = getattr(self, "ctx", None), None
-        if ctx is not None:
-            self._pw.whisper_free(ctx)
 
 
 def _install_exit_hook() -> None:

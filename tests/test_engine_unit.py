@@ -23,6 +23,7 @@ from mcp_listen.errors import DeviceBusy, LLMError
 from mcp_listen.pipeline import Engine
 from mcp_listen.recorder import Recorder
 from mcp_listen.results import Answered, Captured, Transcribed
+from mcp_listen.whisper_context import Detected
 
 LOUD, QUIET = 3000, 0
 MIC = InputDevice(7, "Scripted Mic", "test:scripted", 1, 16000.0, True)
@@ -91,6 +92,9 @@ class FakeWhisper:
     def transcribe(self, samples, model_path, language, cancel=None, prompt="", translate=False) -> Words:
         self.heard.append(len(samples))
         return Words(self.text, language)
+
+    def detect(self, samples, model_path, cancel=None) -> Detected:
+        return Detected("en", 1.0)
 
     def preload(self, model_path: Path) -> None:
         self.preloaded.append(model_path)

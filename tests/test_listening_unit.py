@@ -38,12 +38,16 @@ class FakeWorker:
     def __init__(self) -> None:
         self.submitted: list[np.ndarray] = []
         self.speculations: list[tuple[np.ndarray, tuple[int, int]]] = []
+        self.detections: list[np.ndarray] = []
 
     def submit(self, audio) -> None:
         self.submitted.append(audio)
 
     def speculate(self, audio, key) -> None:
         self.speculations.append((audio, key))
+
+    def detect(self, audio) -> None:
+        self.detections.append(audio)
 
 
 def script(*runs: tuple[float, int]) -> list[float]:
@@ -134,3 +138,20 @@ def test_a_guess_made_before_speech_resumed_is_not_the_remaining_audio():
     assert keys[0] != heard.remaining_key()
     assert keys[0] == ((40 - PRE_ROLL) * WINDOW, 60 * WINDOW + 4800)  # it ended in the pause
     assert keys[1] == heard.remaining_key()
+
+
+def test_the_language_is_learned_from_the_speech_so_far_at_two_and_four_seconds():
+    worker = FakeWorker()
+    lead, speech = 40, 200  # 6.4 s of speech
+    listener, heard, reason = listen(script((QUIET, lead), (SPEECH, speech), (QUIET, 60)), worker=worker)
+    onset = listener.endpointer.speech_started_window
+    assert [window_span(audio) for audio in worker.detections] == [
+        (onset - PRE_ROLL, onset + 62),  # 62 windows of speech: 2 s
+        (onset - PRE_ROLL, onset + 125),
+    ]
+
+
+def test_a_short_utterance_has_its_language_learned_only_once():
+    worker = FakeWorker()
+    listen(script((QUIET, 40), (SPEECH, 80), (QUIET, 60)), worker=worker)  # 2.6 s of speech
+    assert len(worker.detections) == 1

@@ -174,3 +174,42 @@ def test_a_speculation_overtaken_by_more_speech_is_dropped_and_aborted():
 )
 def test_phrases_join_without_invented_sentence_breaks(pieces, joined):
     assert join_phrases(pieces) == joined
+
+
+def test_a_language_detected_early_and_surely_is_used_by_every_phrase():
+    asked, detected = [], []
+
+    def transcribe(audio, prompt, lang, abort):
+        asked.append(lang)
+        return audio, lang
+
+    def detect(audio, abort):
+        detected.append(audio)
+        return ("de", 0.95) if audio == "guten morgen" else ("en", 0.99)
+
+    worker = PhraseWorker(transcribe, "auto", detect)
+    worker.detect("guten morgen")
+    worker.detect("guten morgen ich")  # already known: never runs
+    worker.submit("guten morgen ich")
+    assert worker.finish("möchte") == "guten morgen ich möchte"
+    assert detected == ["guten morgen"] and asked == ["de", "de"] and worker.language == "de"
+
+
+def test_an_unsure_early_guess_leaves_the_language_to_the_first_phrase():
+    asked = []
+
+    def transcribe(audio, prompt, lang, abort):
+        asked.append(lang)
+        return audio, "es" if lang == "auto" else lang
+
+    worker = PhraseWorker(transcribe, "auto", lambda audio, abort: ("te", 0.66))
+    worker.detect("intentaré")
+    worker.submit("intentaré establecer")
+    assert worker.finish("una conexión") == "intentaré establecer una conexión"
+    assert asked == ["auto", "es"] and worker.language == "es"
+
+
+def test_a_fixed_language_is_never_detected():
+    worker = PhraseWorker(lambda audio, prompt, lang, abort: (audio, lang), "fr", lambda a, b: pytest.fail("detected"))
+    worker.detect("bonjour")
+    assert worker.finish("bonjour") == "bonjour" and worker.language == "fr"

@@ -481,3 +481,22 @@ def test_segment_token_budget_grows_with_the_audio() -> None:
 )  # fmt: skip
 def test_a_phrase_decoded_twice_is_kept_once(text, kept):
     assert W._collapse_repeat(text) == kept
+
+
+def test_a_fresh_multilingual_model_detects_the_language_and_prints_nothing(base_model_path: Path, capfd) -> None:
+    """Detection sets whisper's encoder context with a call too short to decode (whisper_context.py):
+    on a fresh context that call would run with whisper's default parameters, which print progress."""
+    import audio_assets as A
+
+    fresh = T.Transcriber(2)
+    audio = W.condition(A.read_wav(A.speech("Bonjour, je voudrais un café et un croissant, s'il vous plaît.", voice="fr")))
+    detected = fresh.detect(audio, path=base_model_path)
+    words = fresh.hear(audio, path=base_model_path, language="auto")
+    printed = capfd.readouterr()
+    assert printed.out == "" and "Progress" not in printed.err, printed
+    assert detected.language == "fr" and detected.probability >= 0.8, detected
+    assert words.language == "fr" and "café" in words.text.lower(), words
+
+
+def test_an_english_only_model_hears_english(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
+    assert loaded.detect(W.condition(jfk[: 16000 * 3]), path=model_path) == T.Detected("en", 1.0)
