@@ -188,7 +188,8 @@ class PhraseCutter:
     a word. A phrase must be at least `min_phrase_ms` long: short pieces transcribe worse.
 
     Once a phrase is `long_phrase_ms` long, a shorter gap ends it (`long_pause_ms`, a breath
-    between words). Real voices often run 10-15 s without a quarter second of clear quiet, and
+    between words), and a gap counts when its windows are quiet or `dip_db` under the phrase's
+    loudest window: Silero often scores the gap between two words as speech. Real voices often run 10-15 s without a quarter second of clear quiet, and
     the last phrase is what whisper must finish within the silence window after the speaker
     stops: on 2 cores tiny.en needs 1.1 s for 15 s of speech, base 1.2 s for 9 s.
     """
@@ -201,6 +202,7 @@ class PhraseCutter:
         min_phrase_ms: int = 2500,
         long_phrase_ms: int = 4000,
         long_pause_ms: int = 96,
+        dip_db: float = 20.0,
         quiet_below: float = SILENCE_THRESHOLD,
         window_ms: float = WINDOW_MS,
     ) -> None:
@@ -209,22 +211,42 @@ class PhraseCutter:
         self.min_windows = max(1, round(min_phrase_ms / window_ms))
         self.long_windows = max(self.min_windows, round(long_phrase_ms / window_ms))
         self.long_pause_windows = max(1, min(self.pause_windows, round(long_pause_ms / window_ms)))
+        self.dip_db = dip_db
         self.quiet_below = quiet_below
         self.start_window = 0
         self._quiet_run = 0
+        self._dip_run = 0
+        self._peak_db: float | None = None
 
-    def update(self, window_index: int, speech_detected: bool, probability: float) -> tuple[int, int] | None:
+    def update(
+        self, window_index: int, speech_detected: bool, probability: float, level_db: float | None = None
+    ) -> tuple[int, int] | None:
         """Call after each window; returns (start, end) window indexes of a finished phrase, or None."""
-        self._quiet_run = self._quiet_run + 1 if probability < self.quiet_below else 0
-        if not speech_detected or self._quiet_run != self._pause_needed(window_index):
+        quiet = probability < self.quiet_below
+        self._quiet_run = self._quiet_run + 1 if quiet else 0
+        self._dip_run = self._dip_run + 1 if quiet or self._dips(level_db) else 0
+        if not speech_detected:
             return None
-        end = window_index + 1 - self._quiet_run + min(self.lead_windows, self._quiet_run)
+        if self._quiet_run == self.pause_windows:
+            run = self._quiet_run
+        elif self._dip_run == self.long_pause_windows and self._is_long(window_index + 1 - self._dip_run):
+            run = self._dip_run
+        else:
+            return None
+        end = window_index + 1 - run + min(self.lead_windows, run)
         if end - self.start_window < self.min_windows:
             return None
-        start, self.start_window = self.start_window, end
+        start, self.start_window, self._peak_db = self.start_window, end, None
         return start, end
 
-    def _pause_needed(self, window_index: int) -> int:
-        """Quiet windows that end the phrase in progress: fewer once it is long."""
-        began = window_index + 1 - self._quiet_run
-        return self.long_pause_windows if began - self.start_window >= self.long_windows else self.pause_windows
+    def _dips(self, level_db: float | None) -> bool:
+        """A window `dip_db` under the phrase's loudest so far: the gap between two words,
+        which Silero often scores as speech."""
+        if level_db is None:
+            return False
+        if self._peak_db is None or level_db > self._peak_db:
+            self._peak_db = level_db
+        return level_db <= self._peak_db - self.dip_db
+
+    def _is_long(self, pause_began: int) -> bool:
+        return pause_began - self.start_window >= self.long_windows
