@@ -37,10 +37,11 @@ Meter = Callable[[Any, bool], None]
 """meter(window, speaking): the CLI's level display."""
 
 TRAILING_KEEP_MS = 300
+"""Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
+
 LANGUAGE_AFTER_MS = (2000, 4000)
 """Speech heard (from the onset) when the language is detected for `auto`: early enough that a
 short utterance is not left to pay for detection after the stop, again later when unsure."""
-"""Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
 
 
 class VoiceDetector(Protocol):

@@ -175,7 +175,7 @@ class Transcriber:
 
         lang = _language(pw, language, self._multilingual)
         if lang == "auto":  # whisper_full's own detection would encode at a stale context (whisper_context.py)
-            lang = self._detect(audio).language
+            lang = self._detect(audio[:DETECT_MAX_SAMPLES]).language
         params = dict(
             language=lang,
             translate=translate and self._multilingual,
