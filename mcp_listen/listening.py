@@ -113,8 +113,6 @@ class Heard:
     """Sample just after the last speech window (None without VAD)."""
     phrase_start_frame: int = 0
     """Where the speech not yet handed to the phrase worker begins."""
-    words_after_cut: bool = True
-    """False when nothing but breath and the room came after the last phrase cut."""
 
     @property
     def duration_ms(self) -> int:
@@ -127,8 +125,6 @@ class Heard:
         only costs time); the WAV itself is never changed.
         """
         end = len(self.recording.samples)
-        if not self.words_after_cut:
-            return None
         if self.speech_end_frame is not None:
             if self.speech_end_frame <= self.phrase_start_frame:
                 return None  # the last word is in a phrase already cut: only silence is left
@@ -272,8 +268,6 @@ class Listener:
         end = self.speech_end_frame
         if end is None or self.endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
             return
-        if not self._cutter.words_since_cut:
-            return
         key = (self.phrase_start_frame, speech_tail_end(end))
         if key != self._speculated and len(self._kept) * WINDOW >= key[1]:
             self._speculated = key
@@ -293,5 +287,4 @@ class Listener:
             seconds = len(recording.samples) / SAMPLE_RATE
             message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
-        words = self._cutter.words_since_cut if self._cutter is not None else True
-        return Heard(recording, self.speech_detected, self.speech_end_frame, self.phrase_start_frame, words)
+        return Heard(recording, self.speech_detected, self.speech_end_frame, self.phrase_start_frame)

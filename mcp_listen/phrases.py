@@ -9,7 +9,6 @@ left. The transcribe function is injected: this module knows nothing of whisper.
 
 from __future__ import annotations
 
-import collections
 import queue
 import re
 import threading
@@ -24,10 +23,6 @@ Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]
 
 Detect = Callable[[Any, threading.Event], tuple[str, float]]
 """detect(int16 audio, abort) -> (language heard, whisper's probability for it); raises on failure."""
-
-PEAK_MEMORY_MS = 3000
-"""How far back the loudest window is remembered when judging a dip: the speaker's level, not
-a cough a minute ago."""
 
 SURE_OF_LANGUAGE = 0.8
 """Probability at which a language detected early is kept. Measured with base on the bench's
@@ -223,9 +218,7 @@ class PhraseCutter:
         self.start_window = 0
         self._quiet_run = 0
         self._dip_run = 0
-        self._recent_levels: collections.deque = collections.deque(maxlen=max(1, round(PEAK_MEMORY_MS / window_ms)))
-        self.last_loud_window = -1
-        """The last window Silero did not call quiet and that did not dip: where words were."""
+        self._peak_db: float | None = None
 
     def update(
         self, window_index: int, speech_detected: bool, probability: float, level_db: float | None = None
@@ -233,10 +226,7 @@ class PhraseCutter:
         """Call after each window; returns (start, end) window indexes of a finished phrase, or None."""
         quiet = probability < self.quiet_below
         self._quiet_run = self._quiet_run + 1 if quiet else 0
-        dip = quiet or self._dips(level_db)
-        self._dip_run = self._dip_run + 1 if dip else 0
-        if not dip:
-            self.last_loud_window = window_index
+        self._dip_run = self._dip_run + 1 if quiet or self._dips(level_db) else 0
         if not speech_detected:
             return None
         if self._quiet_run == self.pause_windows:
@@ -248,23 +238,17 @@ class PhraseCutter:
         end = window_index + 1 - run + min(self.lead_windows, run)
         if end - self.start_window < self.min_windows:
             return None
-        start, self.start_window = self.start_window, end
+        start, self.start_window, self._peak_db = self.start_window, end, None
         return start, end
 
-    @property
-    def words_since_cut(self) -> bool:
-        """Whether anything loud came after the last cut. A gap ends a long phrase before Silero's
-        score falls at the end of speech, so what follows the cut may be only breath and the room,
-        which whisper would transcribe as "Thank you." (measured with tiny.en)."""
-        return self.last_loud_window >= self.start_window
-
     def _dips(self, level_db: float | None) -> bool:
-        """A window `dip_db` under the loudest of the last `PEAK_MEMORY_MS`: the gap between two
-        words, which Silero often scores as speech."""
+        """A window `dip_db` under the phrase's loudest so far: the gap between two words,
+        which Silero often scores as speech."""
         if level_db is None:
             return False
-        self._recent_levels.append(level_db)
-        return level_db <= max(self._recent_levels) - self.dip_db
+        if self._peak_db is None or level_db > self._peak_db:
+            self._peak_db = level_db
+        return level_db <= self._peak_db - self.dip_db
 
     def _is_long(self, pause_began: int) -> bool:
         return pause_began - self.start_window >= self.long_windows
