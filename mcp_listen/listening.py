@@ -209,7 +209,7 @@ class Listener:
             speaking = self.endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events()
             if self._cutter is not None:
-                self._keep(window, probability, level)
+                self._keep(window, probability)
                 self._detect_language()
         if self.meter is not None:
             self.meter(window, speaking)
@@ -239,11 +239,11 @@ class Listener:
         if last is not None:
             self.speech_end_frame = (last + 1) * WINDOW
 
-    def _keep(self, window: "np.ndarray", probability: float, level: float | None) -> None:
+    def _keep(self, window: "np.ndarray", probability: float) -> None:
         """Keep the audio for phrase cuts; hand each finished phrase to the worker, and what
         was said since the last cut as soon as the speaker pauses (it may be the end)."""
         self._kept.append(window.copy())
-        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability, level)
+        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability)
         if cut is not None:
             start, end = cut
             self.phrases.submit(self._audio(start * WINDOW, end * WINDOW))
