@@ -48,8 +48,8 @@ class PhraseWorker:
     """Transcribes phrases in order on one background thread; `finish` joins the texts.
 
     Each phrase is conditioned on the text before it (whisper's prompt), so the pieces read
-    as one transcription, and a language asked as `auto` is detected on the first phrase and
-    kept for the rest. `speculate` transcribes what was said so far as soon as the speaker
+    as one transcription, and a language asked as `auto` is detected once, from the first
+    seconds (`detect`) or else on the first phrase, and kept for the rest. `speculate` transcribes what was said so far as soon as the speaker
     pauses: if the pause turns out to be the end, `finish` adopts that text instead of
     starting whisper after the stop; if they go on, the guess is dropped (and aborted).
     """
