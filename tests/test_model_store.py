@@ -209,8 +209,9 @@ def test_bad_names_are_refused_before_any_request(server, tmp_path: Path, name: 
 def test_ctrl_c_mid_download_leaves_nothing(server, tmp_path: Path) -> None:
     host, port = server.server_address[:2]
     folder = tmp_path / "models"
-    code = (
-        "import sys\n"
+    code = (  # Ctrl-C as a terminal gives it, whatever the test runner's launcher left ignored
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from pathlib import Path\n"
         "from mcp_listen.config import Settings\n"
         "from mcp_listen import model_store\n"
