@@ -12,7 +12,8 @@ decays): a median 96 ms on espeak-ng speech, 118 ms (p90 309, up to 371 ms) on r
 voices, whose breath and room tails it still scores as speech; counting silence from
 the probability alone stops that much late. When a silence run starts, the windows just before it that were already
 quiet by level (20 dB under the loudest speech, or within 6 dB of the noise floor) are
-counted as silence too, at most `decay_windows` of them: the stop then lands
+counted as silence too, at most `under_peak_decay_windows` (12) of them, or `decay_windows` (8)
+where they are quiet only by being near a loud room's floor: the stop then lands
 `silence_ms` after the speech really ended. In a noisy room the level also keeps the room
 from resuming speech: once a pause began, a window Silero scores as speech but no louder
 than the noise floor only continues the pause (a crowd's babble).
@@ -81,6 +82,8 @@ class Endpointer:
         self._floor_db: float | None = None
         self._quiet_run = 0
         """Consecutive most recent windows that were quiet by level."""
+        self._under_peak_run = 0
+        """Consecutive most recent windows quiet by the peak rule alone (quiet_below_peak_db under the loudest)."""
         self._recent_levels: deque[float] = deque(maxlen=GATE_WINDOWS)
 
     @property
@@ -150,10 +153,10 @@ class Endpointer:
             return
         if self._floor_db is None:  # frozen at onset: speech must not raise it
             self._floor_db = self._floor_at_onset()
-        quiet = level_db < max(
-            self._peak_db - config.quiet_below_peak_db, self._floor_db + config.room_margin_db
-        )
+        under_peak = level_db < self._peak_db - config.quiet_below_peak_db
+        quiet = under_peak or level_db < self._floor_db + config.room_margin_db
         self._quiet_run = self._quiet_run + 1 if quiet else 0
+        self._under_peak_run = self._under_peak_run + 1 if under_peak else 0
 
     def _track_onset(self, index: int, probability: float, level: float | None) -> None:
         """Confirm speech once enough loud windows fall within the onset span.
@@ -186,10 +189,18 @@ class Endpointer:
         elif probability < config.silence_threshold:
             if not self._silence_run:
                 self.event = SILENCE_START
-                self._silence_run = min(self._quiet_run, config.decay_windows)  # Silero's decay
+                self._silence_run = self._decay_credit()
             self._silence_run += 1
         elif self._silence_run:
             self._silence_run += 1
+
+    def _decay_credit(self) -> int:
+        """How many windows just before a silence run count as silence: Silero's decay, heard as
+        quiet by level. Quiet near a loud room's floor may still be the last soft syllable, so it
+        earns less credit than quiet far under the speaker's loudest window."""
+        config = self.config
+        return max(min(self._quiet_run, config.decay_windows),
+                   min(self._under_peak_run, config.under_peak_decay_windows))
 
     def _room_db(self) -> float | None:
         """The room's level before speech: the median of the windows under the silence threshold,

@@ -233,12 +233,27 @@ def test_quiet_windows_of_silero_decay_count_as_silence():
     assert endpointer.last_speech_window == speech_end + 2  # the VAD's own view is unchanged
 
 
-def test_decay_credit_is_bounded_by_decay_windows():
-    index, _ = run_levels(speech_then([(LOUD, TAIL_DB)] * 12))
+def test_decay_credit_is_bounded():
+    # Far under the loudest speech (the peak rule): up to under_peak_decay_windows count.
+    index, _ = run_levels(speech_then([(LOUD, TAIL_DB)] * 14))
     speech_end = 62 + 31
+    decay = EndpointConfig().under_peak_decay_windows
+    assert decay == 12
+    assert index + 1 - speech_end == 14 + 32 - decay  # only 12 of the 14 quiet loud windows count
+
+
+def test_a_tail_merely_near_a_loud_rooms_floor_earns_less_credit():
+    # Floor -40 dB, speech -25 dB: a tail at -38 dB is quiet by the room rule only (2 dB over the
+    # floor, 13 dB under the peak): it may be the last soft syllable, so only decay_windows count.
+    pairs = [(QUIET, -40.0)] * 62 + [(LOUD, -25.0)] * 31 + [(LOUD, -38.0)] * 12 + [(QUIET, -40.0)] * 100
+    index, _ = run_levels(pairs)
     decay = EndpointConfig().decay_windows
     assert decay == 8
-    assert index + 1 - speech_end == 12 + 32 - decay  # only 8 of the 12 quiet loud windows count
+    assert index + 1 - 93 == 12 + 32 - decay
+    # The same tail 20 dB under that peak (quieter than the room, then) is credited up to 12.
+    pairs = [(QUIET, -40.0)] * 62 + [(LOUD, -25.0)] * 31 + [(LOUD, -46.0)] * 12 + [(QUIET, -40.0)] * 100
+    index, _ = run_levels(pairs)
+    assert index + 1 - 93 == 32
 
 
 def test_loud_tail_is_not_credited():
