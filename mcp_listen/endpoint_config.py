@@ -51,7 +51,8 @@ class EndpointConfig:
     On real voices Silero stays >= 0.5 up to 371 ms after the last loud sample (breath, room
     tail); with 4 the stop came a median 72 ms (p90 251 ms) after silence_ms on 17 real recordings,
     with 8 (and quiet_below_peak_db 20) 30 ms (p90 81 ms). The cost is bounded: a pause shorter than
-    silence_ms - decay_windows x 32 ms can never end the recording, however it is scored."""
+    silence_ms - 32 ms x the larger of this and under_peak_decay_windows can never end the
+    recording, however it is scored."""
 
     under_peak_decay_windows: int = 12
     """At most this many such windows count when they are quiet by the peak rule (quiet_below_peak_db
