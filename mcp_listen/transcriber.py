@@ -164,7 +164,7 @@ class Transcriber:
         padded = _pad_to_whisper_minimum(audio)
         try:
             with _whisper_log(pw):
-                return self._model.detect(padded, audio_ctx_for(padded.size) or 1500, self.threads)
+                return self._model.detect(padded, audio_ctx_for(padded.size), self.threads)
         except Exception as exc:
             raise TranscriptionError(
                 f"Language detection failed: {type(exc).__name__}: {exc}", code="transcription_failed"

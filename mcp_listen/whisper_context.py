@@ -65,7 +65,7 @@ class WhisperContext:
         return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
 
     def detect(self, audio: "np.ndarray", audio_ctx: int, threads: int) -> Detected:
-        """The language spoken in `audio` (float32, 16 kHz, at least 1 s), encoded at `audio_ctx`."""
+        """The language spoken in `audio` (float32, 16 kHz, at least 1 s), encoded at `audio_ctx` (0: 30 s)."""
         import numpy as np
 
         pw = self._pw

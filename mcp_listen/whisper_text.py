@@ -81,15 +81,27 @@ def usable_text(raw: str) -> str | None:
     return text
 
 
+FLASH_ATTN_PAD = 256
+"""whisper.cpp (1.8, flash attention on, its default) attends over the encoder context padded up
+to a multiple of this, and does not mask the padding: the rows past `audio_ctx` hold whatever an
+earlier, longer call left there. The same audio then decodes differently after other calls
+(measured, tiny.en: "And so my fellow Americans ask not" became "And so my fellow America. Ask,
+not." after one 14 s transcription; base: "otros vendedores" became "otros $ 10 dólares"). A
+context that is a multiple of it has no padding. Flash attention off has none either, but holds
++67 MB (tiny.en) / +89 MB (base) more after a long utterance, for the same speed."""
+
+
 def audio_ctx_for(n_samples: int) -> int:
     """Encoder context for a clip: whisper.cpp's 30 s window shrunk to the audio, with margin.
 
     1 ctx = 20 ms. A tight fit (ceil(seconds*50)) made tiny.en loop on a 2.6 s clip, and a
     2.6 s phrase at 256 repeated its own text; from 384 up the same phrases came out right.
-    So: round up to a multiple of 64, add 192 (3.84 s), at least 384. 0 = the full window.
+    So: round up to a multiple of 64, add 192 (3.84 s), at least 384; then up to a multiple of
+    FLASH_ATTN_PAD, so no earlier call's rows take part. 0 = the full window.
     """
     frames = -(-n_samples // (SAMPLE_RATE // 50))
     ctx = max(384, -(-frames // 64) * 64 + 192)
+    ctx = -(-ctx // FLASH_ATTN_PAD) * FLASH_ATTN_PAD
     return 0 if ctx >= 1500 else ctx
 
 
