@@ -209,6 +209,38 @@ def test_an_unsure_early_guess_leaves_the_language_to_the_first_phrase():
     assert asked == ["auto", "es"] and worker.language == "es"
 
 
+def test_a_guess_short_of_sure_at_once_is_kept_when_the_next_detection_agrees():
+    asked, guesses = [], iter([("es", 0.84), ("es", 0.81)])
+
+    def transcribe(audio, prompt, lang, abort):
+        asked.append(lang)
+        return audio, lang
+
+    worker = PhraseWorker(transcribe, "auto", lambda audio, abort: next(guesses))
+    worker.detect("todos los")
+    worker.detect("todos los representantes")
+    worker.submit("todos los representantes")
+    assert worker.finish("de la casa") == "todos los representantes de la casa"
+    assert asked == ["es", "es"] and worker.language == "es"
+
+
+def test_a_confident_first_guess_the_next_detection_doubts_is_not_kept():
+    # Measured (base, a Spanish voice): "it" 0.90 at 2 s of speech, "it" 0.59 at 4 s; the first
+    # guess alone would have made every phrase Italian.
+    asked, guesses = [], iter([("it", 0.90), ("it", 0.59)])
+
+    def transcribe(audio, prompt, lang, abort):
+        asked.append(lang)
+        return audio, "es" if lang == "auto" else lang
+
+    worker = PhraseWorker(transcribe, "auto", lambda audio, abort: next(guesses))
+    worker.detect("intentaré")
+    worker.detect("intentaré establecer")
+    worker.submit("intentaré establecer")
+    assert worker.finish("una conexión") == "intentaré establecer una conexión"
+    assert asked == ["auto", "es"] and worker.language == "es"
+
+
 def test_a_fixed_language_is_never_detected():
     worker = PhraseWorker(lambda audio, prompt, lang, abort: (audio, lang), "fr", lambda a, b: pytest.fail("detected"))
     worker.detect("bonjour")
