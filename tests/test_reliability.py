@@ -192,6 +192,12 @@ def speech_clip() -> Path:
     return A.concat([A.silence(200), A.speech("please tell me a short story about a lighthouse keeper"), A.silence(400)])
 
 
+def heard_lighthouse(transcription: str | None) -> bool:
+    """Whether speech_clip's key word was heard. Compared without spaces: tiny.en also writes the
+    same sounds as "a light housekeeper" (seen once in a live server, where the phrase cuts fall)."""
+    return "lighthouse" in (transcription or "").lower().replace(" ", "")
+
+
 STORY = (
     "the lighthouse keeper climbed the stairs every evening to light the great lamp and watch the ships "
     "come home across the grey water while the wind sang in the windows and the gulls called over the rocks"
@@ -393,7 +399,7 @@ def test_cancel_during_transcription_stops_waiting(env, vmic, rec_dir, model_pat
         vmic.play(speech_clip())
         answer = w.wait(next_call["id"], 60)["result"]
         assert not answer.get("isError"), answer["content"][0]["text"]
-        assert "lighthouse" in (answer["structuredContent"]["transcription"] or "").lower()
+        assert heard_lighthouse(answer["structuredContent"]["transcription"]), answer["structuredContent"]
         assert request["id"] not in w.responses, "the cancelled transcription was answered anyway"
         assert files_in(rec_dir) == [Path(free["structuredContent"]["path"]).name]
 
