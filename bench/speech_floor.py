@@ -34,12 +34,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realspeech_data  # noqa: E402
+from mcp_listen.contracts import WINDOW_MS, WINDOW_SAMPLES  # noqa: E402
 from realspeech import model_label, multilingual, playable  # noqa: E402
 from rig import RATE, ROOT  # noqa: E402
 from rig import audio_assets as A  # noqa: E402
 from stats import summary  # noqa: E402
 
-WINDOW_MS = 32
 LEFT_OUT = {"jfk"}
 
 
@@ -62,7 +62,6 @@ class PhraseLog:
 
 def last_phrase(samples: Any, silence_ms: int) -> dict[str, Any]:
     """Replay `samples` through the real Listener; the last hand-over and the stop, in windows."""
-    from mcp_listen.contracts import WINDOW_SAMPLES
     from mcp_listen.listening import Listener, Plan
 
     log = PhraseLog()
