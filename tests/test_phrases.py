@@ -195,15 +195,25 @@ def test_a_language_detected_early_and_surely_is_used_by_every_phrase():
     assert detected == ["guten morgen"] and asked == ["de", "de"] and worker.language == "de"
 
 
-def test_an_unsure_early_guess_leaves_the_language_to_the_first_phrase():
-    asked = []
+@pytest.mark.parametrize(
+    "guesses",
+    [
+        pytest.param([("te", 0.66)], id="unsure"),
+        # Measured (base, a Spanish voice): "it" 0.90 at 2 s of speech, "it" 0.59 at 4 s; the
+        # first guess alone would have made every phrase Italian.
+        pytest.param([("it", 0.90), ("it", 0.59)], id="confident-then-doubted"),
+    ],
+)
+def test_an_early_guess_not_confirmed_leaves_the_language_to_the_first_phrase(guesses):
+    asked, answers = [], iter(guesses)
 
     def transcribe(audio, prompt, lang, abort):
         asked.append(lang)
         return audio, "es" if lang == "auto" else lang
 
-    worker = PhraseWorker(transcribe, "auto", lambda audio, abort: ("te", 0.66))
-    worker.detect("intentaré")
+    worker = PhraseWorker(transcribe, "auto", lambda audio, abort: next(answers))
+    for words in ("intentaré", "intentaré establecer")[: len(guesses)]:
+        worker.detect(words)
     worker.submit("intentaré establecer")
     assert worker.finish("una conexión") == "intentaré establecer una conexión"
     assert asked == ["auto", "es"] and worker.language == "es"
@@ -222,23 +232,6 @@ def test_a_guess_short_of_sure_at_once_is_kept_when_the_next_detection_agrees():
     worker.submit("todos los representantes")
     assert worker.finish("de la casa") == "todos los representantes de la casa"
     assert asked == ["es", "es"] and worker.language == "es"
-
-
-def test_a_confident_first_guess_the_next_detection_doubts_is_not_kept():
-    # Measured (base, a Spanish voice): "it" 0.90 at 2 s of speech, "it" 0.59 at 4 s; the first
-    # guess alone would have made every phrase Italian.
-    asked, guesses = [], iter([("it", 0.90), ("it", 0.59)])
-
-    def transcribe(audio, prompt, lang, abort):
-        asked.append(lang)
-        return audio, "es" if lang == "auto" else lang
-
-    worker = PhraseWorker(transcribe, "auto", lambda audio, abort: next(guesses))
-    worker.detect("intentaré")
-    worker.detect("intentaré establecer")
-    worker.submit("intentaré establecer")
-    assert worker.finish("una conexión") == "intentaré establecer una conexión"
-    assert asked == ["auto", "es"] and worker.language == "es"
 
 
 def test_a_fixed_language_is_never_detected():
