@@ -30,17 +30,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _log_level(raw: str) -> str:
+    """--log-level in any case; anything else is a usage error (exit 64), as in MCP_LISTEN_LOG_LEVEL."""
+    from mcp_listen.config import LOG_LEVELS
+
+    if raw.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"invalid level {raw!r}: choose from {', '.join(LOG_LEVELS)}")
+    return raw.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mcp-listen", description="Give AI agents ears: a local MCP server for the microphone.")
     parser.add_argument("--version", action="version", version=f"mcp-listen {package_version()}")
-    parser.add_argument("--log-level", help="stderr log level (DEBUG, INFO, WARNING, ERROR); env MCP_LISTEN_LOG_LEVEL")
+    parser.add_argument(
+        "--log-level", type=_log_level, help="stderr log level (DEBUG, INFO, WARNING, ERROR); env MCP_LISTEN_LOG_LEVEL"
+    )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.add_parser("serve", help="serve MCP over stdio (the default)")
     devices = sub.add_parser("devices", help="list microphones")
     devices.add_argument("--json", action="store_true", help="print JSON")
     capture = sub.add_parser("capture", help="record a WAV with the same code as capture_audio")
     _recording_options(capture, stop_default=False)
-    capture.add_argument("--out", type=Path, help="write the WAV here instead of the recordings folder")
+    capture.add_argument("--out", type=Path, help="write the WAV here instead of the recordings folder (a new file)")
+    capture.add_argument("--force", action="store_true", help="with --out: replace an existing regular file")
     voice_commands = (("transcribe", "transcribe a WAV file"), ("listen", "record and transcribe (transcribe_voice)"))
     for name, help_text in voice_commands:
         p = sub.add_parser(name, help=help_text)
@@ -100,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     from mcp_listen.config import load_settings
 
-    settings = load_settings(log_level=opts.log_level.upper() if opts.log_level else None)
+    settings = load_settings(log_level=opts.log_level)
     _setup_logging(settings.log_level)
     command = opts.command or "serve"
     if command == "serve":

@@ -15,6 +15,8 @@ from mcp_listen.limits import SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.model_names import SUGGESTED_MODEL
 from mcp_listen.pipeline import Engine
 from mcp_listen.results import wire
+from mcp_listen import wavfile
+from mcp_listen.wavfile import UserFile
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
 WHISPER_FIELDS = ("whisper_model", "language", "translate")
@@ -38,9 +40,10 @@ def devices(opts: argparse.Namespace, settings: Settings) -> int:
 
 def capture(opts: argparse.Namespace, settings: Settings) -> int:
     args = contracts.parse_args(contracts.CaptureArgs, tool_args(opts, RECORDING_FIELDS))
+    out = UserFile(opts.out, replace=opts.force) if opts.out is not None else None
     meter = _Meter() if sys.stderr.isatty() else None
     try:
-        result = Engine(settings).capture(args, out=opts.out, meter=meter, progress=_say)
+        result = Engine(settings).capture(args, out=out, meter=meter, progress=_say)
     finally:
         if meter:
             meter.close()
@@ -111,11 +114,12 @@ def _read_wav(path: Any) -> Any:
     from mcp_listen.errors import InvalidArgument
 
     try:
-        with wave.open(str(path), "rb") as wav:
+        with wavfile.open_regular(path) as raw, wave.open(raw, "rb") as wav:
             ok = wav.getnchannels() == 1 and wav.getsampwidth() == 2 and wav.getframerate() == SAMPLE_RATE
             data = wav.readframes(wav.getnframes())
     except (OSError, wave.Error, EOFError) as exc:
-        raise InvalidArgument(f"Cannot read {path}: {exc}") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InvalidArgument(f"Cannot read {path}: {reason}") from None
     if not ok:
         raise InvalidArgument(
             f"{path} must be a {SAMPLE_RATE_KHZ} kHz mono 16-bit WAV (convert: sox IN -r {SAMPLE_RATE} -c 1 -b 16 OUT.wav)"

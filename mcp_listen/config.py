@@ -10,8 +10,10 @@ echo the value, which may be a secret or a private path.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
-from dataclasses import dataclass, field
+from urllib.parse import quote
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 
@@ -21,6 +23,10 @@ from mcp_listen.errors import ConfigError
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 DEFAULT_MODELS_URL = "https://huggingface.co/ggerganov/whisper.cpp/resolve/main"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.1, 86400
+MAX_THREADS = 64
+USERINFO_SAFE = ":%!$&'()*+,;=-._~"
+"""What `user:password@` keeps unencoded in a URL (RFC 3986 userinfo); `%` keeps what is encoded already."""
 
 T = TypeVar("T")
 
@@ -39,7 +45,7 @@ class Settings:
     whisper_model_dir: Path | None = None
     """First folder searched for whisper models (WHISPER_MODEL_PATH)."""
 
-    models_dir: Path = field(default_factory=lambda: Path.home() / ".mcp-listen" / "models")
+    models_dir: Path = field(default_factory=lambda: Path(os.path.abspath(Path.home() / ".mcp-listen" / "models")))
     """Per-user whisper model folder, searched second and used by `models pull`."""
 
     models_url: str = DEFAULT_MODELS_URL
@@ -92,24 +98,63 @@ def _read(env: Mapping[str, str], name: str, parse: Callable[[str], T], accepted
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return None
+    if not is_text(raw):
+        raise ConfigError(f"Environment variable {name} is invalid: {NOT_TEXT}; expected {accepted}.")
     try:
         return parse(raw.strip())
     except (ValueError, TypeError):
         raise ConfigError(f"Environment variable {name} is invalid: expected {accepted}.") from None
 
 
-def _positive_float(raw: str) -> float:
+NOT_TEXT = "it holds bytes that are not UTF-8 text (a name written in another encoding)"
+
+_DECIMAL = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
+"""How every number in a setting is written: plain ASCII digits. Python's own parsers also take
+`1e-300`, `1_0` and non-ASCII digits such as `٣`, which nobody means in a config file."""
+
+
+def is_text(value: str) -> bool:
+    """False for a string holding lone surrogates: bytes that were not UTF-8, which Python's
+    `surrogateescape` carried from the environment or a file name. Such a string cannot be
+    written to the wire (the SDK's stdout writer dies on it), so it never becomes a setting."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _decimal(raw: str, low: float, high: float) -> float:
+    if not _DECIMAL.fullmatch(raw):
+        raise ValueError(raw)
     value = float(raw)
-    if not (0 < value <= 86400):
+    if not (low <= value <= high):
         raise ValueError(raw)
     return value
+
+
+def _timeout_s(raw: str) -> float:
+    return _decimal(raw, MIN_TIMEOUT_S, MAX_TIMEOUT_S)
+
+
+def _whole(raw: str, low: int, high: int) -> int:
+    if "." in raw:
+        raise ValueError(raw)
+    return int(_decimal(raw, low, high))
 
 
 def _thread_count(raw: str) -> int:
-    value = int(raw)
-    if not (1 <= value <= 64):
+    return _whole(raw, 1, MAX_THREADS)
+
+
+def _folder(raw: str) -> Path:
+    """A folder as an absolute path, `~` expanded, fixed at start-up: a relative or `~` path used
+    literally made a folder named `~` in the server's working directory and returned paths an
+    agent resolves elsewhere."""
+    path = os.path.expanduser(raw)
+    if path.startswith("~"):  # ~someone who does not exist
         raise ValueError(raw)
-    return value
+    return Path(os.path.abspath(path))
 
 
 def _log_level(raw: str) -> str:
@@ -135,10 +180,20 @@ def _length(limit: int) -> Callable[[str], str]:
 
 
 def _silence_ms(raw: str) -> int:
-    value = int(raw)
-    if not (limits.MIN_SILENCE_MS <= value <= limits.MAX_SILENCE_MS):
-        raise ValueError(raw)
-    return value
+    return _whole(raw, limits.MIN_SILENCE_MS, limits.MAX_SILENCE_MS)
+
+
+def _name(limit: int) -> Callable[[str], str]:
+    """A model name: bounded, and free of control characters (a CR/LF would go raw into messages
+    and into the `ollama pull` command they suggest)."""
+    bounded = _length(limit)
+
+    def parse(raw: str) -> str:
+        if limits.has_control_characters(raw):
+            raise ValueError(raw)
+        return bounded(raw)
+
+    return parse
 
 
 def normalize_ollama_host(raw: str) -> str:
@@ -157,8 +212,8 @@ def normalize_ollama_host(raw: str) -> str:
             raise ValueError(raw)
     if any(c in host for c in "?# \t"):
         raise ValueError(raw)
+    userinfo, at, host = host.rpartition("@")  # first: a password may hold an unencoded "/"
     host, _, path = host.partition("/")
-    userinfo, at, host = host.rpartition("@")
     if host.startswith(":"):
         host = "127.0.0.1" + host
     if host.startswith("["):
@@ -172,7 +227,7 @@ def normalize_ollama_host(raw: str) -> str:
         raise ValueError(raw)
     if name == "0.0.0.0":
         name = "127.0.0.1"
-    credentials = f"{userinfo}@" if at else ""
+    credentials = f"{quote(userinfo, safe=USERINFO_SAFE)}@" if at else ""  # "/" and "@" encoded, as URLs need
     return f"{scheme}://{credentials}{name}:{port}" + (f"/{path}".rstrip("/") if path else "")
 
 
@@ -183,10 +238,10 @@ def redact_url(url: str) -> str:
     transcript, and logs get copied into bug reports, so neither may carry them.
     """
     scheme, sep, rest = url.partition("://")
-    netloc, slash, path = (rest if sep else url).partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return f"{scheme}{sep}{netloc}{slash}{path}" if sep else f"{netloc}{slash}{path}"
+    rest = rest if sep else url
+    userinfo, at, rest = rest.rpartition("@")  # the last "@": a password may hold "/" or "@"
+    shown = f"***@{rest}" if at else rest
+    return f"{scheme}{sep}{shown}" if sep else shown
 
 
 ORT_TELEMETRY_VAR = "ORT_DISABLE_TELEMETRY"
@@ -205,19 +260,21 @@ def disable_onnxruntime_telemetry() -> bool:
 
 
 _SETTINGS = {
-    "recordings_dir": ("MCP_LISTEN_RECORDINGS_DIR", Path, "a folder path"),
+    "recordings_dir": ("MCP_LISTEN_RECORDINGS_DIR", _folder, "a folder path"),
     "log_level": ("MCP_LISTEN_LOG_LEVEL", _log_level, "one of " + ", ".join(LOG_LEVELS)),
-    "whisper_model_dir": ("WHISPER_MODEL_PATH", Path, "a folder path"),
+    "whisper_model_dir": ("WHISPER_MODEL_PATH", _folder, "a folder path"),
     "models_url": ("MCP_LISTEN_MODELS_URL", _url, "an http:// or https:// URL"),
     "ollama_host": ("OLLAMA_HOST", normalize_ollama_host, "host, host:port or http://host:port"),
-    "ollama_timeout_s": ("MCP_LISTEN_OLLAMA_TIMEOUT_S", _positive_float, "seconds, a number > 0"),
-    "whisper_threads": ("MCP_LISTEN_WHISPER_THREADS", _thread_count, "an integer from 1 to 64"),
+    "ollama_timeout_s": (
+        "MCP_LISTEN_OLLAMA_TIMEOUT_S", _timeout_s, f"seconds, a decimal number from {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S}"
+    ),
+    "whisper_threads": ("MCP_LISTEN_WHISPER_THREADS", _thread_count, f"an integer from 1 to {MAX_THREADS}"),
 }
 
 _DEFAULTS = {
-    "whisper_model": ("MCP_LISTEN_WHISPER_MODEL", _length(limits.MAX_WHISPER_MODEL_CHARS), "a whisper model name, file name or path"),
+    "whisper_model": ("MCP_LISTEN_WHISPER_MODEL", _name(limits.MAX_WHISPER_MODEL_CHARS), "a whisper model name, file name or path"),
     "language": ("MCP_LISTEN_LANGUAGE", languages.normalize, languages.ACCEPTED),
-    "model": ("MCP_LISTEN_OLLAMA_MODEL", _length(limits.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
+    "model": ("MCP_LISTEN_OLLAMA_MODEL", _name(limits.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
     "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(limits.MAX_PROMPT_CHARS), "a system prompt"),
     "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, limits.ACCEPTED["silence_ms"]),
 }
@@ -233,7 +290,23 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     values = _read_all(env, _SETTINGS, problems)
     values.update({k: v for k, v in overrides.items() if v is not None})
     defaults = limits.Defaults(**_read_all(env, _DEFAULTS, problems))  # type: ignore[arg-type]
-    return Settings(**values, defaults=defaults, problems=tuple(problems))  # type: ignore[arg-type]
+    settings = Settings(**values, defaults=defaults)  # type: ignore[arg-type]
+    problems += _derived_folder_problems(settings)
+    return replace(settings, problems=tuple(problems))
+
+
+_DERIVED_FOLDERS = {
+    "recordings_dir": "The system temp folder (TMPDIR), where recordings go, has a name that is not UTF-8 text; "
+    "set MCP_LISTEN_RECORDINGS_DIR to a folder whose name is.",
+    "models_dir": "The home folder (HOME), where whisper models go, has a name that is not UTF-8 text; "
+    "set HOME to a folder whose name is.",
+}
+
+
+def _derived_folder_problems(settings: Settings) -> list[str]:
+    """Folders derived from TMPDIR and HOME: a result or a message names them, so a name that is
+    not text would kill the session the moment it is sent (see `is_text`)."""
+    return [problem for attr, problem in _DERIVED_FOLDERS.items() if not is_text(str(getattr(settings, attr)))]
 
 
 def _read_all(env: Mapping[str, str], table: dict[str, tuple], problems: list[str]) -> dict[str, object]:

@@ -42,6 +42,7 @@ from mcp_listen.limits import (  # noqa: F401 - re-exported: callers import the 
     WINDOW_MS,
     WINDOW_SAMPLES,
     Defaults,
+    has_control_characters,
 )
 
 
@@ -68,11 +69,17 @@ def _whole(low: int, high: int | None = None) -> Any:
     return Annotated[int, Field(strict=True, ge=low, le=high), BeforeValidator(_integral_float_to_int)]
 
 
-def _text(max_length: int) -> Any:
-    """An optional string of 1..max_length characters, where an empty string means the default."""
-    return Annotated[
-        Optional[Annotated[StrictStr, Field(min_length=1, max_length=max_length)]], BeforeValidator(_empty_is_default)
-    ]
+def _no_control_characters(value: str) -> str:
+    if has_control_characters(value):
+        raise ValueError("control characters")
+    return value
+
+
+def _name(max_length: int) -> Any:
+    """An optional name of 1..max_length characters without control characters, where an empty
+    string means the default."""
+    bounded = Annotated[StrictStr, Field(min_length=1, max_length=max_length), AfterValidator(_no_control_characters)]
+    return Annotated[Optional[bounded], BeforeValidator(_empty_is_default)]
 
 
 DurationMs = _whole(MIN_DURATION_MS, MAX_DURATION_MS)
@@ -131,7 +138,7 @@ class TranscribeArgs(_Args):
         description="Stop when the speaker stops talking (default true). Pass false to record exactly duration_ms.",
     )
     silence_ms: Optional[SilenceMs] = _SILENCE
-    whisper_model: _text(MAX_WHISPER_MODEL_CHARS) = Field(
+    whisper_model: _name(MAX_WHISPER_MODEL_CHARS) = Field(
         default=None,
         description="Whisper GGML model: file name, name such as base.en, or path. Default {whisper_model}.",
     )
@@ -148,7 +155,7 @@ class TranscribeArgs(_Args):
 
 
 class VoiceQueryArgs(TranscribeArgs):
-    model: _text(MAX_LLM_MODEL_CHARS) = Field(default=None, description="Ollama model name. Default {model}.")
+    model: _name(MAX_LLM_MODEL_CHARS) = Field(default=None, description="Ollama model name. Default {model}.")
     prompt: Optional[Annotated[StrictStr, Field(max_length=MAX_PROMPT_CHARS)]] = Field(
         default=None, description='System prompt for the model (up to {max_prompt_chars} characters). Default "{prompt}"'
     )

@@ -1,10 +1,12 @@
-"""The stdin ledger: every request read from the wire gets its answer before the server ends.
+"""The stdin ledger: every request read from the wire gets its answer before the server ends,
+and every message written can be encoded.
 
 mcp-free: server.py (the only module importing `mcp`) hands it the SDK's message classes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -31,6 +33,14 @@ Recordings stop at EOF, so this only bounds a whisper.cpp call that cannot be in
 lifecycle's exit deadline (2 s after EOF) must stay above it."""
 
 NOT_INITIALIZED = "Not initialized: send initialize (then notifications/initialized) before {method}."
+OVERSIZED_METHOD = "mcp-listen/oversized-message"
+"""The method of the stand-in that lifecycle.BoundedLines reads in place of a request over its
+size limit; its answer becomes TOO_LARGE."""
+TOO_LARGE = (
+    "Message too large: {bytes} bytes, the limit is {limit} bytes (the longest valid call fits). Send a "
+    "shorter prompt or arguments."
+)
+INVALID_REQUEST = -32600
 
 
 class Ledger:
@@ -49,6 +59,7 @@ class Ledger:
         self.kinds = kinds
         self.open: set[Any] = set()
         self.early: dict[Any, str] = {}
+        self.oversized: dict[Any, str] = {}
         self.initialize_seen = False
         self.on_eof = on_eof
 
@@ -56,7 +67,9 @@ class Ledger:
         message = getattr(item, "message", None)
         if isinstance(message, self.kinds.request):
             self.open.add(message.id)
-            if message.method == "initialize":
+            if message.method == OVERSIZED_METHOD:
+                self.oversized[message.id] = TOO_LARGE.format_map(message.params or {})
+            elif message.method == "initialize":
                 self.initialize_seen = True
             elif not self.initialize_seen and message.method != "ping":
                 self.early[message.id] = message.method
@@ -66,6 +79,10 @@ class Ledger:
     def reword(self, item: Any) -> Any:
         """An answer on its way out: the init gate's error says what to do."""
         message = item.message
+        too_large = self.oversized.pop(getattr(message, "id", None), None)
+        if too_large and isinstance(message, self.kinds.error):
+            message.error.code, message.error.message, message.error.data = INVALID_REQUEST, too_large, None
+            return item
         method = self.early.pop(getattr(message, "id", None), None)
         if method and isinstance(message, self.kinds.error) and message.error.code == self.kinds.invalid_params:
             message.error.message = NOT_INITIALIZED.format(method=method)
@@ -131,7 +148,7 @@ class LedgerWrites:
         self.inner, self.ledger = inner, ledger
 
     async def send(self, item: Any) -> None:
-        await self.inner.send(self.ledger.reword(item))
+        await self.inner.send(encodable(self.ledger.reword(item)))
         self.ledger.answered(item)
 
     def close(self) -> None:
@@ -145,3 +162,31 @@ class LedgerWrites:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def encodable(item: Any) -> Any:
+    """`item` as the SDK's stdout writer can encode it: a string holding lone surrogates (bytes
+    that were not UTF-8, from a file name or the environment) is sent with them escaped.
+
+    The writer's `model_dump_json` raises on such a string, and that exception ends the whole
+    session: no request is answered again. Settings refuse such values at start-up; this is
+    the net for any other way one reaches a reply.
+    """
+    message = item.message
+    try:
+        message.model_dump_json(by_alias=True, exclude_unset=True)
+    except ValueError:  # pydantic_core.PydanticSerializationError is a ValueError
+        log.warning("an outgoing message held text that is not UTF-8; it is sent with the bytes escaped")
+        data = _escaped(message.model_dump(by_alias=True, exclude_unset=True))
+        return dataclasses.replace(item, message=type(message).model_validate(data))
+    return item
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value

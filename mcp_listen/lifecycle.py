@@ -9,8 +9,10 @@ process: after the grace period it exits anyway.
 The MCP SDK reads stdin a whole line at a time with no size limit, so one huge
 line costs several times its size in memory (measured: a 64 MiB line raised the
 peak RSS by 226 MB). `BoundedLines` reads the wire instead: a line longer than
-MAX_LINE_BYTES is read through in small pieces and dropped with a warning (no
-reply, as for any line that is not JSON-RPC), and the server keeps serving.
+MAX_LINE_BYTES is read through in small pieces and dropped with a warning, and the
+server keeps serving. A dropped request whose id can be read from the line's first
+or last bytes (where every SDK writes it) is answered with an error naming the limit
+(ledger.OVERSIZED_METHOD).
 
 At start a background sweep (recordings.sweep) removes our recordings older than 24 h and, at
 once, the partial files of a write a killed process left behind.
@@ -21,22 +23,39 @@ and a frame can hold a prompt.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from typing import Any, BinaryIO
 
+from mcp_listen import limits
 from mcp_listen.config import Settings
+from mcp_listen.ledger import OVERSIZED_METHOD
 
 log = logging.getLogger(__name__)
 
 GRACE_S = 1.5
-MAX_LINE_BYTES = 1 << 20
-"""Largest inbound JSON-RPC message accepted (1 MiB); the largest valid request is under 100 KB."""
+_ESCAPED_CHAR_BYTES = 12
+"""The most a character costs on the wire: an emoji as two `\\uXXXX` escapes (Python's json.dumps default)."""
+LARGEST_VALID_CALL_BYTES = _ESCAPED_CHAR_BYTES * (
+    limits.MAX_PROMPT_CHARS + limits.MAX_LLM_MODEL_CHARS + limits.MAX_WHISPER_MODEL_CHARS + limits.MAX_DEVICE_CHARS
+) + (64 << 10)
+"""A voice_query with every string argument at its longest, each character escaped, plus room for
+the envelope and `_meta`."""
+MAX_LINE_BYTES = 2 << 20
+"""Largest inbound JSON-RPC message accepted (2 MiB): above LARGEST_VALID_CALL_BYTES (1.3 MB)."""
 _READ_PIECE = 1 << 16
+_TAIL_BYTES = 4096
+_ID = rb'(-?[0-9]{1,18}|"(?:[^"\\]|\\.){0,256}")'
+_HEAD_ID = re.compile(rb'\A\s*\{(?:\s*"jsonrpc"\s*:\s*"2\.0"\s*,)?\s*"id"\s*:\s*' + _ID)
+_TAIL_ID = re.compile(rb'"id"\s*:\s*' + _ID + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
+"""A request's id where SDKs write it: the first member (Python, after `jsonrpc`) or the last
+(TypeScript: `{method, params, jsonrpc, id}`); an "id" inside `params` matches neither."""
 
 
 def serve(settings: Settings) -> int:
@@ -122,24 +141,44 @@ class BoundedLines:
                 return None
             if len(line) <= self.limit:
                 return line.decode("utf-8", errors="replace")
-            if not self._discard_rest(line):
+            size, tail, ended = self._discard_rest(line)
+            if not ended:
                 return None
+            request_id = _request_id(line[:_TAIL_BYTES], tail)
+            log.warning(
+                "dropped an inbound message of %d bytes: the limit is %d bytes (%s)",
+                size, self.limit, "answered with an error" if request_id else "no id, so no reply",
+            )
+            if request_id is not None:
+                return _oversized_request(request_id, size, self.limit)
 
-    def _discard_rest(self, head: bytes) -> bool:
-        """Read the oversized line to its end without keeping it; False if input ended first."""
-        size = len(head)
+    def _discard_rest(self, head: bytes) -> tuple[int, bytes, bool]:
+        """Read the oversized line to its end keeping only its last bytes: (size, tail, ended)."""
+        size, tail = len(head), head[-_TAIL_BYTES:]
         ended = head.endswith(b"\n")
         while not ended:
             piece = self._raw.readline(_READ_PIECE)
             if not piece:
                 break
             size += len(piece)
+            tail = (tail + piece)[-_TAIL_BYTES:]
             ended = piece.endswith(b"\n")
         self.dropped += 1
-        log.warning(
-            "dropped an inbound message of %d bytes: the limit is %d bytes (no reply is sent)", size, self.limit
-        )
-        return ended
+        return size, tail, ended
+
+
+def _request_id(head: bytes, tail: bytes) -> bytes | None:
+    """The JSON text of a dropped request's id, if one stands where SDKs write it."""
+    found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
+    return found.group(1) if found else None
+
+
+def _oversized_request(request_id: bytes, size: int, limit: int) -> str:
+    """A stand-in request with the dropped one's id: the SDK answers it, and the ledger words
+    that answer as the limit the request broke."""
+    params = {"bytes": size, "limit": limit}
+    return f'{{"jsonrpc":"2.0","id":{request_id.decode("utf-8", "replace")},"method":"{OVERSIZED_METHOD}",' \
+        f'"params":{json.dumps(params)}}}\n'
 
 
 def _sweep(settings: Settings) -> None:

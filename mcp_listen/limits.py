@@ -42,6 +42,12 @@ MAX_LLM_MODEL_CHARS = 200
 MAX_DEVICE_CHARS = 512
 
 
+def has_control_characters(text: str) -> bool:
+    """True if `text` holds a C0 or C1 control character (CR, LF, ESC...): no model name has one,
+    and one would go raw into messages, logs and the commands they suggest."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
 @dataclass(frozen=True)
 class Defaults:
     """The effective defaults of the optional arguments: the contract's, or the user's
@@ -65,9 +71,10 @@ ACCEPTED = {
     "stop_on_silence": "a boolean",
     "translate": "a boolean",
     "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
-    "characters; empty means the default)",
+    "characters, no control characters; empty means the default)",
     "language": languages.ACCEPTED,
-    "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters; empty means the default)",
+    "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters, no control characters; empty means "
+    "the default)",
     "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
 }
 """What each argument accepts, as error messages and the config check say it."""

@@ -74,10 +74,12 @@ class Engine:
         *,
         stop: threading.Event | None = None,
         progress: Progress | None = None,
-        out: Path | None = None,
+        out: wavfile.UserFile | None = None,
         meter: Meter | None = None,
     ) -> Captured:
         plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
+        if out is not None:
+            out.check()  # before the microphone opens: a bad path costs no recording
         cancel = _linked(stop, self.shutdown)
         try:
             with self.recorder.claimed("capture_audio", stop=cancel) as claim:
@@ -106,10 +108,10 @@ class Engine:
         folder = self.settings.recordings_dir
         return recordings.open_folder(folder, ours=folder == default_recordings_dir())
 
-    def _save(self, samples: Any, out: Path | None, folder: Any, cancel: Any) -> Path:
+    def _save(self, samples: Any, out: wavfile.UserFile | None, folder: Any, cancel: Any) -> Path:
         """The WAV, written under the claim; gone again when the call was cancelled meanwhile."""
         if out is not None:
-            path = wavfile.write_to(out, samples, SAMPLE_RATE)
+            path = out.write(samples, SAMPLE_RATE)
         else:
             path = wavfile.write_recording(folder, samples, SAMPLE_RATE)
         if cancel.is_set():

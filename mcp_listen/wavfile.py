@@ -14,12 +14,14 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 import time
 import wave
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from mcp_listen.errors import StorageError
+from mcp_listen.errors import InvalidArgument, StorageError
 from mcp_listen.recordings import CLOEXEC, HEADER_BYTES, NOFOLLOW, RANDOM_NAMES, Folder, final_names, folder_hint
 
 if TYPE_CHECKING:
@@ -134,22 +136,95 @@ def _exists(folder: Folder, name: str) -> bool:
     return True
 
 
-def write_to(path: Path, samples: "np.ndarray", sample_rate: int) -> Path:
-    """Write to a path the user chose (CLI --out): through a temporary name, renamed when complete."""
-    partial = path.with_name(path.name + ".partial")
+@dataclass(frozen=True)
+class UserFile:
+    """A WAV path the user chose (CLI `capture --out`), with whether an existing file may go.
+
+    capture_audio's files never replace anything, and neither does this: an existing path is
+    refused unless `replace`, and even then only a regular file is ever replaced, never a
+    folder, a FIFO, a device node or a symlink. `check` runs before the microphone opens, so a
+    bad path costs no recording; the write goes through a fresh hidden file beside the target
+    (O_EXCL | O_NOFOLLOW, so nothing planted there is written through) that is removed on any
+    failure.
+    """
+
+    path: Path
+    replace: bool = False
+
+    def check(self) -> None:
+        """Raise InvalidArgument if this path cannot or may not take the recording."""
+        path = self.path
+        if not path.parent.is_dir():
+            raise InvalidArgument(f"--out {path}: the folder {path.parent} does not exist; create it or choose another.")
+        kind = _kind_at(path)
+        if kind == "folder":
+            raise InvalidArgument(f"--out {path} is a folder; give a file name, e.g. --out {path / 'recording.wav'}")
+        if kind not in (None, "file"):
+            raise InvalidArgument(f"--out {path} is a {kind}, not a regular file; mcp-listen writes only regular files.")
+        if kind == "file" and not self.replace:
+            raise InvalidArgument(f"--out {path} already exists; pass --force to replace it, or choose another name.")
+
+    def write(self, samples: "np.ndarray", sample_rate: int) -> Path:
+        """Write the WAV under a hidden name beside the target, then give it the target's name."""
+        self.check()  # again: the path may have changed while we recorded
+        partial = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.partial")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | getattr(os, "O_BINARY", 0)
+        try:
+            fd = os.open(partial, flags, FILE_MODE)
+        except OSError as exc:
+            raise StorageError(f"Cannot write {self.path}: {exc.strerror}.") from None
+        try:
+            try:
+                _write_fd(fd, samples, sample_rate)
+            finally:
+                os.close(fd)
+            self._publish(partial)
+        finally:
+            partial.unlink(missing_ok=True)
+        return self.path
+
+    def _publish(self, partial: Path) -> None:
+        try:
+            if self.replace:
+                os.replace(partial, self.path)  # check() made sure it is a regular file or nothing
+            else:
+                os.link(partial, self.path)  # fails if a file appeared meanwhile: nothing is replaced
+        except FileExistsError:
+            raise InvalidArgument(f"--out {self.path} appeared while recording; pass --force to replace it.") from None
+        except OSError as exc:
+            raise StorageError(f"Cannot write {self.path}: {exc.strerror}.") from None
+
+
+def _kind_at(path: Path) -> str | None:
+    """What is at `path` without following a symlink: None, "file", "folder" or what else it is."""
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), FILE_MODE)
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
     except OSError as exc:
-        raise StorageError(f"Cannot write {path}: {exc.strerror}.") from None
+        raise InvalidArgument(f"--out {path}: {exc.strerror}.") from None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    kinds = {stat.S_ISLNK: "symlink", stat.S_ISFIFO: "FIFO", stat.S_ISCHR: "device", stat.S_ISBLK: "device"}
+    return next((name for test, name in kinds.items() if test(mode)), "special file")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open a WAV the user named for reading, only if it is a regular file: a FIFO would block
+    the open forever and a device may be endless (the server opens model files the same way)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | CLOEXEC)
     try:
-        _write_fd(fd, samples, sample_rate)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise OSError(errno.EINVAL, f"it is {kind}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
-        partial.unlink(missing_ok=True)
         raise
-    os.close(fd)
-    os.replace(partial, path)
-    return path
 
 
 def _unlink_quietly(folder: Folder, name: str) -> None:

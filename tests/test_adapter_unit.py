@@ -196,3 +196,18 @@ async def test_unknown_tool():
     sentence, payload = failure(await call(FakeEngine({}), "record_everything"))
     assert payload["error"]["code"] == "unknown_tool"
     assert "capture_audio" in sentence
+
+
+def test_an_outgoing_message_with_text_that_is_not_utf8_is_sent_escaped():
+    """The net under every reply: the SDK's writer dies on a lone surrogate, ending the session."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    from mcp_listen.ledger import encodable
+
+    path = b"/tmp/caf\xe9/x.wav".decode("utf-8", "surrogateescape")
+    reply = types.JSONRPCResponse(jsonrpc="2.0", id=3, result={"structuredContent": {"path": path}})
+    sent = encodable(SessionMessage(reply)).message.model_dump_json(by_alias=True, exclude_unset=True)
+    assert '"path":"/tmp/caf\\\\udce9/x.wav"' in sent
+    plain = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=4, result={"a": "café"}))
+    assert encodable(plain) is plain

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import wave
+from pathlib import Path
 
 import pytest
 
@@ -55,9 +56,70 @@ def test_capture_to_a_chosen_file(env, tmp_path):
         assert (wav.getframerate(), wav.getnchannels(), wav.getnframes()) == (16000, 1, 8000)
 
 
+def test_capture_replaces_an_existing_file_only_with_force(env, tmp_path):
+    out = tmp_path / "take.wav"
+    out.write_bytes(b"precious")
+    refused = run(["capture", "--duration-ms", "200", "--out", str(out)], env)
+    assert refused.returncode == 64 and "--force" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert out.read_bytes() == b"precious"
+    forced = run(["capture", "--duration-ms", "200", "--out", str(out), "--force"], env)
+    assert forced.returncode == 0, forced.stderr
+    assert out.stat().st_size == 6444 and sorted(p.name for p in tmp_path.iterdir()) == ["take.wav"]
+
+
+def _fifo(folder):
+    path = folder / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def _folder(folder):
+    path = folder / "folder"
+    path.mkdir()
+    return path
+
+
+def _link(folder):
+    victim = folder / "victim"
+    victim.write_bytes(b"precious")
+    path = folder / "link.wav"
+    path.symlink_to(victim)
+    return path
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["", "--force"])
+@pytest.mark.parametrize("make", [_fifo, _folder, _link], ids=["FIFO", "folder", "symlink"])
+def test_capture_never_replaces_anything_but_a_regular_file(tmp_path, make, force):
+    """Refused before the microphone opens (no device is needed), in one line, nothing left."""
+    target = make(tmp_path)
+    before, kind = sorted(p.name for p in tmp_path.iterdir()), os.lstat(target).st_mode
+    done = run(["capture", "--out", str(target), *(["--force"] if force else [])], server_env(), timeout=20)
+    assert done.returncode == 64, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert os.lstat(target).st_mode == kind
+    if target.is_symlink():
+        assert (tmp_path / "victim").read_bytes() == b"precious"
+
+
+def test_capture_refuses_a_device_node():
+    """Checked only (as root the old code replaced /dev/full with a WAV): nothing is written."""
+    from mcp_listen.errors import InvalidArgument
+    from mcp_listen.wavfile import UserFile
+
+    with pytest.raises(InvalidArgument, match="device"):
+        UserFile(Path("/dev/null"), replace=True).check()
+
+
+def test_transcribe_refuses_a_fifo_at_once(tmp_path, model_path):
+    done = run(["transcribe", str(_fifo(tmp_path)), "--whisper-model", str(model_path)], server_env(), timeout=30)
+    assert done.returncode == 64 and "not a regular file" in done.stderr
+
+
 @pytest.mark.parametrize(
     "args,needle",
     [
+        (["--log-level", "bogus", "devices"], "--log-level"),
         (["capture", "--duration-ms", "50"], "duration_ms"),
         (["capture", "--silence-ms", "500"], "silence_ms requires stop_on_silence"),
         (["capture", "--device", ""], "device"),

@@ -53,6 +53,9 @@ INVALID = [
     (VoiceQueryArgs, {"language": "klingon"}, "language", "a name such as english", "'klingon'"),
     (VoiceQueryArgs, {"language": "xx-YY"}, "language", "language code", "'xx-YY'"),
     (TranscribeArgs, {"language": 7}, "language", "language code", "7 (integer)"),
+    (VoiceQueryArgs, {"model": "llama3.2\r\nollama rm all"}, "model", "no control characters", "llama3.2\\r\\n"),
+    (VoiceQueryArgs, {"whisper_model": "tiny\n"}, "whisper_model", "no control characters", "'tiny\\n'"),
+    (VoiceQueryArgs, {"model": "a\x1b[2Jb"}, "model", "no control characters", "\\x1b"),
 ]
 
 

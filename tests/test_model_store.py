@@ -1,10 +1,14 @@
 """model_store against a real HTTP server on loopback: success, 404, cut body, wrong checksum,
-non-model body, Ctrl-C mid-download. After every failure the folder holds no model and no
-.partial file."""
+non-model body, bodies too large or too slow, a planted .partial link, Ctrl-C / SIGTERM / SIGHUP
+mid-download, credentials in MCP_LISTEN_MODELS_URL. After every failure the folder holds no
+model and no .partial file."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
+import logging
 import os
 import signal
 import subprocess
@@ -19,11 +23,13 @@ import pytest
 
 from mcp_listen import model_store
 from mcp_listen.config import Settings
-from mcp_listen.errors import TranscriptionError
+from mcp_listen.errors import TranscriptionError, command
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_BYTES = b"lmgg" + bytes(range(256)) * 2000  # ~0.5 MB, starts like a GGML file
 MODEL_SHA1 = hashlib.sha1(MODEL_BYTES).hexdigest()
+BOMB = gzip.compress(b"lmgg" + b"\0" * (20 << 20))  # ~20 KB that unpacks to 20 MB
+CREDENTIALS = "bob:hunter2"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -34,6 +40,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        self.server.auth.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
         route = {
             "/m/ggml-good.bin": self._good,
             "/m/ggml-tiny.en.bin": self._good,
@@ -42,6 +49,10 @@ class _Handler(BaseHTTPRequestHandler):
             "/m/ggml-slow.bin": self._slow,
             "/m/ggml-moved.bin": self._redirect,
             "/m/ggml-broken.bin": self._error,
+            "/m/ggml-huge.bin": self._huge,
+            "/m/ggml-endless.bin": self._endless,
+            "/m/ggml-bomb.bin": self._bomb,
+            "/m/ggml-trickle.bin": self._trickle,
         }.get(self.path, self._missing)
         route()
 
@@ -93,11 +104,54 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
+    def _huge(self) -> None:
+        """Announces 10 GiB, sends a little, then holds the connection for 10 s."""
+        self._send(200, b"lmgg" + b"\0" * 1000, length=10 << 30)
+        self.wfile.flush()
+        self.close_connection = True
+        time.sleep(10)
+
+    def _endless(self) -> None:
+        """No Content-Length: 64 KB blocks as fast as the client takes them, for at most 20 s."""
+        self.send_response(200)
+        self.end_headers()
+        self.close_connection = True
+        self._stream(b"lmgg" + b"\0" * (64 * 1024 - 4), pause_s=0, for_s=20)
+
+    def _bomb(self) -> None:
+        """A gzip body whose Content-Length is the packed size: it unpacks to 1000 times that."""
+        self.send_response(200)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(BOMB)))
+        self.end_headers()
+        self.wfile.write(BOMB)
+
+    def _trickle(self) -> None:
+        """One byte every 20 ms of a 100 KB body, for at most 20 s: each read returns in time."""
+        self.send_response(200)
+        self.send_header("Content-Length", str(100_000))
+        self.end_headers()
+        self.close_connection = True
+        self.wfile.write(b"lmgg")
+        self._stream(b"\0", pause_s=0.02, for_s=20)
+
+    def _stream(self, block: bytes, pause_s: float, for_s: float) -> None:
+        deadline = time.monotonic() + for_s
+        try:
+            while time.monotonic() < deadline:
+                self.wfile.write(block)
+                self.wfile.flush()
+                time.sleep(pause_s)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def server() -> Iterator[ThreadingHTTPServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     httpd.paths = []  # type: ignore[attr-defined]
+    httpd.auth = []  # type: ignore[attr-defined]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield httpd
@@ -108,6 +162,18 @@ def server() -> Iterator[ThreadingHTTPServer]:
 def _settings(server: ThreadingHTTPServer, tmp_path: Path) -> Settings:
     host, port = server.server_address[:2]
     return Settings(models_dir=tmp_path / "models", models_url=f"http://{host}:{port}/m")
+
+
+def _with_credentials(url: str) -> str:
+    return url.replace("http://", f"http://{CREDENTIALS}@", 1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _files(folder: Path) -> list[str]:
@@ -190,28 +256,150 @@ def test_non_model_body_leaves_nothing(server, tmp_path: Path) -> None:
 
 
 def test_unreachable_server(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    settings = Settings(models_dir=tmp_path / "models", models_url=f"http://127.0.0.1:{port}")
+    settings = Settings(models_dir=tmp_path / "models", models_url=f"http://127.0.0.1:{_free_port()}")
     assert _pull_error("tiny", settings).code == "download_failed"
     assert _files(tmp_path / "models") == []
 
 
-@pytest.mark.parametrize("name", ["../evil", "Base.en", "", "a/b", ".hidden", "x y", "base..en"])
+@pytest.mark.parametrize(
+    "name",
+    ["../evil", "Base.en", "", "a/b", ".hidden", "x y", "base..en", "tiny\n",
+     pytest.param("a" * 65, id="65 chars"), pytest.param("a" * 300, id="300 chars")],
+)
 def test_bad_names_are_refused_before_any_request(server, tmp_path: Path, name: str) -> None:
     assert _pull_error(name, _settings(server, tmp_path)).code == "unknown_model"
     assert server.paths == []
 
 
-def test_ctrl_c_mid_download_leaves_nothing(server, tmp_path: Path) -> None:
+def test_longest_name_is_asked_for(server, tmp_path: Path) -> None:
+    name = "a" * model_store.MAX_NAME_CHARS
+    assert _pull_error(name, _settings(server, tmp_path)).code == "download_failed"  # a 404
+    assert server.paths == [f"/m/ggml-{name}.bin"]
+
+
+def test_invalid_models_url_is_a_download_failure(tmp_path: Path) -> None:
+    settings = Settings(models_dir=tmp_path / "models", models_url="http://127.0.0.1:abc/m")
+    err = _pull_error("tiny", settings)
+    assert err.code == "download_failed" and "InvalidURL" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+@pytest.mark.parametrize("name", ["missing", "broken", "unreachable"])
+def test_errors_never_show_the_url_credentials(server, tmp_path: Path, name: str) -> None:
+    url = f"http://127.0.0.1:{_free_port()}/m" if name == "unreachable" else _settings(server, tmp_path).models_url
+    settings = Settings(models_dir=tmp_path / "models", models_url=_with_credentials(url))
+    err = _pull_error(name, settings)
+    assert err.code == "download_failed" and "http://***@127.0.0.1:" in err.message
+    assert "hunter2" not in err.message and "bob" not in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_httpx_error_text_never_shows_the_url_credentials(tmp_path: Path, monkeypatch) -> None:
+    """httpx puts URLs in some messages; one that would carry the credentials is not repeated."""
+    import httpx
+
+    url = _with_credentials(f"http://127.0.0.1:{_free_port()}/m")
+
+    def refuse(self, request):
+        raise httpx.ConnectError(f"cannot connect to {url}/ggml-tiny.bin", request=request)
+
+    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", refuse)
+    err = _pull_error("tiny", Settings(models_dir=tmp_path / "models", models_url=url))
+    assert err.code == "download_failed" and "ConnectError" in err.message
+    assert "hunter2" not in err.message and "bob" not in err.message
+
+
+def test_credentials_are_sent_but_never_logged(server, tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    settings = _settings(server, tmp_path)
+    settings = Settings(models_dir=settings.models_dir, models_url=_with_credentials(settings.models_url))
+    model_store.pull("good", settings, progress=False, hashes={"good": MODEL_SHA1})
+    basic = base64.b64encode(CREDENTIALS.encode()).decode()
+    assert server.auth == [f"Basic {basic}"]
+    assert "hunter2" not in caplog.text and basic not in caplog.text
+
+
+@pytest.mark.parametrize("leftover", ["link to a file", "dangling link", "stale file"])
+def test_a_leftover_partial_is_replaced_never_written_through(server, tmp_path: Path, leftover: str) -> None:
+    folder, victim = tmp_path / "models", tmp_path / "victim.txt"
+    folder.mkdir(mode=0o700)
+    partial = folder / "ggml-good.bin.partial"
+    if leftover == "stale file":
+        partial.write_bytes(b"")  # what a SIGKILLed pull leaves
+    else:
+        if leftover == "link to a file":
+            victim.write_bytes(b"precious")
+        partial.symlink_to(victim)
+    path = model_store.pull("good", _settings(server, tmp_path), progress=False, hashes={"good": MODEL_SHA1})
+    assert not path.is_symlink() and path.read_bytes() == MODEL_BYTES
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert _files(folder) == ["ggml-good.bin"]
+    if leftover == "link to a file":
+        assert victim.read_bytes() == b"precious"
+    else:
+        assert not victim.exists()
+
+
+def test_a_planted_partial_link_is_not_written_through_by_a_failed_pull(server, tmp_path: Path) -> None:
+    folder, victim = tmp_path / "models", tmp_path / "victim.txt"
+    folder.mkdir(mode=0o700)
+    victim.write_bytes(b"precious")
+    (folder / "ggml-cut.bin.partial").symlink_to(victim)
+    assert _pull_error("cut", _settings(server, tmp_path), hashes={}).code == "download_failed"
+    assert victim.read_bytes() == b"precious"
+    assert _files(folder) == []
+
+
+def test_announced_size_over_the_cap_is_refused_before_reading(server, tmp_path: Path) -> None:
+    started = time.monotonic()
+    err = _pull_error("huge", _settings(server, tmp_path), hashes={})
+    assert time.monotonic() - started < 5  # the server holds the connection for 10 s
+    assert err.code == "download_failed" and "announces" in err.message and "MCP_LISTEN_MODELS_URL" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+@pytest.mark.parametrize("how", ["argument", "module constant"])
+def test_body_without_a_size_stops_at_the_cap(server, tmp_path: Path, monkeypatch, how: str) -> None:
+    kw = {"max_bytes": 1 << 20} if how == "argument" else {}
+    if how == "module constant":
+        monkeypatch.setattr(model_store, "MAX_MODEL_BYTES", 1 << 20)
+    started = time.monotonic()
+    err = _pull_error("endless", _settings(server, tmp_path), hashes={}, **kw)
+    assert time.monotonic() - started < 5  # the server would go on for 20 s
+    assert err.code == "download_failed" and "more than 1.0 MB" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_body_past_its_content_length_is_stopped(server, tmp_path: Path) -> None:
+    err = _pull_error("bomb", _settings(server, tmp_path), hashes={})
+    assert err.code == "download_failed" and "than the" in err.message and "it announced" in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_trickle_ends_at_the_deadline(server, tmp_path: Path) -> None:
+    started = time.monotonic()
+    err = _pull_error("trickle", _settings(server, tmp_path), hashes={}, deadline_s=0.5)
+    assert time.monotonic() - started < 5  # the server trickles for 20 s, each read in time
+    assert err.code == "download_failed" and "took too long" in err.message
+    assert command("models", "pull", "trickle") in err.message
+    assert _files(tmp_path / "models") == []
+
+
+def test_signal_handlers_are_restored_after_a_pull(server, tmp_path: Path) -> None:
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    model_store.pull("good", _settings(server, tmp_path), progress=False, hashes={"good": MODEL_SHA1})
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_signal_mid_download_leaves_nothing(server, tmp_path: Path, sig: signal.Signals) -> None:
     host, port = server.server_address[:2]
     folder = tmp_path / "models"
-    code = (  # Ctrl-C as a terminal gives it, whatever the test runner's launcher left ignored
+    code = (  # each signal as a terminal or a service manager gives it, whatever the launcher left ignored
         "import signal, sys\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
         "from pathlib import Path\n"
         "from mcp_listen.config import Settings\n"
         "from mcp_listen import model_store\n"
@@ -228,10 +416,12 @@ def test_ctrl_c_mid_download_leaves_nothing(server, tmp_path: Path) -> None:
     while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert partial.exists(), "the download never started"
-    child.send_signal(signal.SIGINT)
+    child.send_signal(sig)
     _out, err = child.communicate(timeout=15)
-    assert child.returncode != 0
-    assert b"KeyboardInterrupt" in err
+    if sig == signal.SIGINT:
+        assert child.returncode != 0 and b"KeyboardInterrupt" in err
+    else:
+        assert child.returncode == 128 + sig, err
     assert _files(folder) == []
 
 
