@@ -17,9 +17,7 @@ def lowlevel() -> None:
     async def main() -> None:
         server = Server("bare")
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(
-                read_stream, write_stream, server.create_initialization_options()
-            )
+            await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(main)
 
@@ -31,6 +29,4 @@ def mcpserver() -> None:
 
 
 if __name__ == "__main__":
-    {"lowlevel": lowlevel, "mcpserver": mcpserver}[
-        sys.argv[1] if len(sys.argv) > 1 else "lowlevel"
-    ]()
+    {"lowlevel": lowlevel, "mcpserver": mcpserver}[sys.argv[1] if len(sys.argv) > 1 else "lowlevel"]()

@@ -95,17 +95,11 @@ def build(name: str, sentences: tuple[str, ...], tail_ms: int) -> Clip:
 
 
 def stop_clips(silence_ms: int) -> list[Clip]:
-    return [
-        build(f"stop{i + 1}", (s,), silence_ms + 1500)
-        for i, s in enumerate(STOP_SENTENCES)
-    ]
+    return [build(f"stop{i + 1}", (s,), silence_ms + 1500) for i, s in enumerate(STOP_SENTENCES)]
 
 
 def utterance_clips(silence_ms: int) -> dict[str, Clip]:
-    return {
-        name: build(name, sentences, silence_ms + 2000)
-        for name, sentences in UTTERANCES.items()
-    }
+    return {name: build(name, sentences, silence_ms + 2000) for name, sentences in UTTERANCES.items()}
 
 
 # --------------------------------------------------------------------------- word error rate
@@ -126,8 +120,6 @@ def wer(reference: str, hypothesis: str) -> float:
     for i, r in enumerate(ref, 1):
         current = [i]
         for j, h in enumerate(hyp, 1):
-            current.append(
-                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
-            )
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
         previous = current
     return previous[-1] / len(ref)

@@ -33,11 +33,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import audio_assets as A  # noqa: E402
 import realspeech_data  # noqa: E402
 from latency import replay  # noqa: E402
 from stats import summary  # noqa: E402
-
-import audio_assets as A  # noqa: E402
 
 RATE = 16000
 LEAD_MS = 300
@@ -45,7 +44,7 @@ LEAD_MS = 300
 
 def stop_ms(audio: Any, speech_end: int, config: Any, vad: Any) -> tuple[str | None, float]:
     """(reason, stop − speech_end − silence_ms in ms) for one replay."""
-    from mcp_listen.endpoint import Endpointer
+    from mcp_listen.speech.endpoint import Endpointer
 
     reason, window, _ = replay(vad, Endpointer(config), audio)
     return reason, ((window + 1) * 512 - speech_end) * 1000 / RATE - config.silence_ms
@@ -130,8 +129,10 @@ def pauses(config: Any, vad: Any, phases: int) -> dict[str, Any]:
     import numpy as np
     import room_audio as R
 
-    pairs = [("the quick brown fox jumps over the lazy dog", "and then it ran away"),
-             ("please turn off the lights in the kitchen", "and lock the back door")]
+    pairs = [
+        ("the quick brown fox jumps over the lazy dog", "and then it ran away"),
+        ("please turn off the lights in the kitchen", "and lock the back door"),
+    ]
     out: dict[str, Any] = {}
     for short in (300, 200, 100, 50):
         cuts, runs = 0, 0
@@ -154,7 +155,7 @@ def pauses(config: Any, vad: Any, phases: int) -> dict[str, Any]:
 
 
 def _endpointer(config: Any) -> Any:
-    from mcp_listen.endpoint import Endpointer
+    from mcp_listen.speech.endpoint import Endpointer
 
     return Endpointer(config)
 
@@ -171,8 +172,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mcp_listen.endpoint import EndpointConfig
-    from mcp_listen.vad import SileroVAD
+    from mcp_listen.speech.endpoint import EndpointConfig
+    from mcp_listen.speech.vad import SileroVAD
 
     opts = parse(argv)
     overrides = {k: type(getattr(EndpointConfig, k))(v) for k, v in (s.split("=", 1) for s in opts.set)}
@@ -193,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if "stop_ms" in section:
             s = section["stop_ms"]
-            print(f"{name}: stop median {s.get('median')} ms, p90 {s.get('p90')}, max {s.get('max')}, min {s.get('min')} "
-                  f"(n={s['n']}); early cuts {len(section['early_cuts'])}; not silence {section['not_silence']}")
+            print(
+                f"{name}: stop median {s.get('median')} ms, p90 {s.get('p90')}, max {s.get('max')}, min {s.get('min')} "
+                f"(n={s['n']}); early cuts {len(section['early_cuts'])}; not silence {section['not_silence']}"
+            )
             print("   per clip:", section["per_clip_median"])
         else:
             for k, v in section.items():

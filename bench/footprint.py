@@ -31,23 +31,15 @@ def list_devices(server: TimedServer, calls: int) -> dict[str, Any]:
     times = []
     count = None
     for _ in range(calls):
-        dt, msg = server.timed_call(
-            "tools/call", {"name": "list_audio_devices", "arguments": {}}
-        )
+        dt, msg = server.timed_call("tools/call", {"name": "list_audio_devices", "arguments": {}})
         times.append(dt * 1000)
         count = len(msg["result"]["structuredContent"]["devices"])
     status_times = []
     for _ in range(calls):
-        dt, msg = server.timed_call(
-            "tools/call", {"name": "get_status", "arguments": {}}
-        )
+        dt, msg = server.timed_call("tools/call", {"name": "get_status", "arguments": {}})
         status_times.append(dt * 1000)
     status = msg["result"]["structuredContent"]
-    libs = sorted(
-        lib
-        for lib in loaded_libraries(server.proc.pid)
-        if any(k in lib for k in MODEL_LIBS)
-    )
+    libs = sorted(lib for lib in loaded_libraries(server.proc.pid) if any(k in lib for k in MODEL_LIBS))
     return {
         "first_call_ms": round(times[0], 1),
         "later_calls": summary(times[1:]),
@@ -62,7 +54,7 @@ def list_devices(server: TimedServer, calls: int) -> dict[str, Any]:
 RESCAN_SCRIPT = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from mcp_listen import devices
+from mcp_listen.audio import devices
 devices.list_inputs()
 out = {}
 for rescan in (True, False):
@@ -151,7 +143,7 @@ def vad_per_window(windows: int = 2000) -> dict[str, Any]:
     """Silero in this process: time per 32 ms window on speech, as a share of one core."""
     import clips
 
-    from mcp_listen.vad import SileroVAD
+    from mcp_listen.speech.vad import SileroVAD
 
     samples = A.read_wav(clips.utterance_clips(1000)["20s"].path)
     vad = SileroVAD()
@@ -181,16 +173,12 @@ def venv_size(workdir: Path) -> dict[str, Any]:
         "--quiet",
         "--disable-pip-version-check",
     ]
-    done = subprocess.run(
-        [*pip, str(ROOT)], capture_output=True, text=True, timeout=1200, check=False
-    )
+    done = subprocess.run([*pip, str(ROOT)], capture_output=True, text=True, timeout=1200, check=False)
     if done.returncode != 0:
         return {"error": done.stderr[-800:]}
     total = _du(target)
     site = next(target.glob("lib/python*/site-packages"))
-    biggest = sorted(
-        ((_du(p), p.name) for p in site.iterdir() if p.is_dir()), reverse=True
-    )[:8]
+    biggest = sorted(((_du(p), p.name) for p in site.iterdir() if p.is_dir()), reverse=True)[:8]
     shutil.rmtree(target, ignore_errors=True)
     return {
         "venv_mb": round(total / 1024, 1),
@@ -203,7 +191,5 @@ def venv_size(workdir: Path) -> dict[str, Any]:
 
 def _du(path: Path) -> int:
     """Disk usage in KiB, as `du -sk` counts it."""
-    out = subprocess.run(
-        ["du", "-sk", str(path)], capture_output=True, text=True, check=True
-    ).stdout
+    out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
     return int(out.split()[0])

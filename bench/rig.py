@@ -81,9 +81,7 @@ def loaded_libraries(pid: int) -> set[str]:
 class TimedServer(RawServer):
     """RawServer that stamps each reply and progress notification with its arrival time."""
 
-    def __init__(
-        self, env: Mapping[str, str], *, stderr_path: Path | None = None
-    ) -> None:
+    def __init__(self, env: Mapping[str, str], *, stderr_path: Path | None = None) -> None:
         self.replies: dict[int, tuple[float, dict[str, Any]]] = {}
         self.progress: list[tuple[float, dict[str, Any]]] = []
         self._cond = threading.Condition()
@@ -119,17 +117,13 @@ class TimedServer(RawServer):
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return reply
 
-    def send_request(
-        self, method: str, params: dict[str, Any] | None = None
-    ) -> tuple[int, float]:
+    def send_request(self, method: str, params: dict[str, Any] | None = None) -> tuple[int, float]:
         msg = self.request(method, params)
         sent = time.monotonic()
         self.send(msg)
         return msg["id"], sent
 
-    def reply(
-        self, request_id: int, timeout: float = 60
-    ) -> tuple[float, dict[str, Any]]:
+    def reply(self, request_id: int, timeout: float = 60) -> tuple[float, dict[str, Any]]:
         """(arrival time, message) of the reply to `request_id`."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -137,34 +131,24 @@ class TimedServer(RawServer):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no reply to request {request_id}")
                 if not self._reader.is_alive():
-                    raise RuntimeError(
-                        f"the server exited ({self.proc.poll()}) before replying"
-                    )
+                    raise RuntimeError(f"the server exited ({self.proc.poll()}) before replying")
                 self._cond.wait(0.5)
             return self.replies[request_id]
 
-    def timed_call(
-        self, method: str, params: dict[str, Any] | None = None, timeout: float = 60
-    ) -> tuple[float, dict]:
+    def timed_call(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60) -> tuple[float, dict]:
         """Round trip in seconds and the reply message."""
         rid, sent = self.send_request(method, params)
         arrived, msg = self.reply(rid, timeout)
         return arrived - sent, msg
 
-    def tool(
-        self, name: str, arguments: dict[str, Any], timeout: float = 60
-    ) -> dict[str, Any]:
-        _, msg = self.timed_call(
-            "tools/call", {"name": name, "arguments": arguments}, timeout
-        )
+    def tool(self, name: str, arguments: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+        _, msg = self.timed_call("tools/call", {"name": name, "arguments": arguments}, timeout)
         result = msg.get("result") or {}
         if "error" in msg or result.get("isError"):
             raise RuntimeError(f"{name} failed: {json.dumps(msg)[:400]}")
         return result.get("structuredContent") or {}
 
-    def start_tool(
-        self, name: str, arguments: dict[str, Any], token: str
-    ) -> tuple[int, float]:
+    def start_tool(self, name: str, arguments: dict[str, Any], token: str) -> tuple[int, float]:
         """Send a tools/call asking for progress; returns (request id, time sent)."""
         msg = tool_call(self, name, arguments, progressToken=token)
         sent = time.monotonic()
@@ -179,9 +163,7 @@ class TimedServer(RawServer):
         """Poll get_status (answers during a recording) until the stream is running."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            _, msg = self.timed_call(
-                "tools/call", {"name": "get_status", "arguments": {}}
-            )
+            _, msg = self.timed_call("tools/call", {"name": "get_status", "arguments": {}})
             status = msg["result"]["structuredContent"]
             if status["recording"] and status["device"]:
                 return
@@ -246,9 +228,7 @@ class Monitor:
         base = int(self._ends[-1]) if self._ends.size else 0
         self._samples = np.concatenate([self._samples, *new])
         self._ends = np.concatenate([self._ends, base + np.cumsum(lengths)])
-        self._tarr = np.concatenate(
-            [self._tarr, np.array(self._times[self._cache_n : n])]
-        )
+        self._tarr = np.concatenate([self._tarr, np.array(self._times[self._cache_n : n])])
         self._cache_n = n
 
     def t0_near(self, index: int, span_s: float = 4.0) -> float:
@@ -315,9 +295,7 @@ class Rig:
 
     def server(self, **extra: str) -> TimedServer:
         self._n += 1
-        server = TimedServer(
-            self.env(**extra), stderr_path=self.workdir / f"server-{self._n}.log"
-        )
+        server = TimedServer(self.env(**extra), stderr_path=self.workdir / f"server-{self._n}.log")
         server.initialize()
         return server
 

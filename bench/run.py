@@ -70,18 +70,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--runs",
         type=int,
         default=3,
         help="repetitions of each latency measurement (default 3)",
     )
-    p.add_argument(
-        "--json", type=Path, help="write the report here (default bench/results.json)"
-    )
+    p.add_argument("--json", type=Path, help="write the report here (default bench/results.json)")
     p.add_argument(
         "--skip-venv",
         action="store_true",
@@ -100,14 +96,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=1000,
         help="silence_ms for every stop-on-silence call",
     )
-    p.add_argument(
-        "--lengths", default="2s,5s,20s", help="utterances for voice_query (2s,5s,20s)"
-    )
+    p.add_argument("--lengths", default="2s,5s,20s", help="utterances for voice_query (2s,5s,20s)")
     opts = p.parse_args(argv)
     if not opts.model.is_file():
-        p.error(
-            f"whisper model {opts.model} not found (set MCP_LISTEN_TEST_MODEL or pass --model)"
-        )
+        p.error(f"whisper model {opts.model} not found (set MCP_LISTEN_TEST_MODEL or pass --model)")
     return opts
 
 
@@ -121,9 +113,7 @@ def section(name: str, fn: Any) -> None:
     print(f"[{name}] done in {time.monotonic() - t:.0f} s", flush=True)
 
 
-def run_startup(
-    rig: Rig, opts: argparse.Namespace, workdir: Path, report: dict
-) -> None:
+def run_startup(rig: Rig, opts: argparse.Namespace, workdir: Path, report: dict) -> None:
     env = rig.env()
     report["startup"] = startup.measure(env, runs=max(5, 2 * opts.runs))
     report["startup"]["imports"] = startup.import_check(env, workdir)
@@ -142,9 +132,7 @@ def run_session(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
         report["rss"] = rss
         rig.start_monitor()
         runs = [
-            latency.capture_stop(
-                rig, server, clip, opts.silence_ms, f"stop-{r}-{clip.name}"
-            )
+            latency.capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{clip.name}")
             for r in range(opts.runs)
             for clip in clips.stop_clips(opts.silence_ms)
         ]
@@ -154,12 +142,8 @@ def run_session(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
         "runs": runs,
         "stop_latency_ms": summary(r["stop_latency_ms"] for r in runs),
         "rec_end_to_result_ms": summary(r["rec_end_to_result_ms"] for r in runs),
-        "finished_notice_to_result_ms": summary(
-            r["finished_notice_to_result_ms"] for r in runs
-        ),
-        "speech_end_to_result_minus_silence_ms": summary(
-            r["speech_end_to_result_minus_silence_ms"] for r in runs
-        ),
+        "finished_notice_to_result_ms": summary(r["finished_notice_to_result_ms"] for r in runs),
+        "speech_end_to_result_minus_silence_ms": summary(r["speech_end_to_result_minus_silence_ms"] for r in runs),
         "play_start_latency_ms": summary(r["play_start_latency_ms"] for r in runs),
         "clips": [c.public() for c in clips.stop_clips(opts.silence_ms)],
     }
@@ -184,11 +168,7 @@ def run_voice(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
         "clips": {n: utterances[n].public() for n in lengths},
         "models": {},
     }
-    report["base_en"] = (
-        "measured"
-        if "base.en" in models(opts)
-        else "not measured: no ggml-base.en.bin on this machine"
-    )
+    report["base_en"] = "measured" if "base.en" in models(opts) else "not measured: no ggml-base.en.bin on this machine"
     rss_model = []
     for model_name, model_path in models(opts).items():
         per: dict[str, dict[str, list]] = {n: {"cold": [], "warm": []} for n in lengths}
@@ -219,12 +199,9 @@ def run_voice(rig: Rig, opts: argparse.Namespace, report: dict) -> None:
             name: {
                 kind: {
                     "post_speech_ms": summary(x["post_speech_ms"] for x in runs),
-                    "finished_notice_to_result_ms": summary(
-                        x["finished_notice_to_result_ms"] for x in runs
-                    ),
+                    "finished_notice_to_result_ms": summary(x["finished_notice_to_result_ms"] for x in runs),
                     "speech_end_to_finished_notice_minus_silence_ms": summary(
-                        x["speech_end_to_finished_notice_minus_silence_ms"]
-                        for x in runs
+                        x["speech_end_to_finished_notice_minus_silence_ms"] for x in runs
                     ),
                     "wer": summary((x["wer"] for x in runs), digits=3),
                     "runs": runs,
@@ -246,7 +223,8 @@ def run_wer(opts: argparse.Namespace, report: dict) -> None:
     from rig import RATE
     from rig import audio_assets as A
 
-    from mcp_listen import transcriber as T, whisper_text as W
+    from mcp_listen.whisper import text as W
+    from mcp_listen.whisper import transcriber as T
 
     tr = T.Transcriber(threads=opts.threads)
     tr.load(opts.model)
@@ -267,11 +245,7 @@ def run_wer(opts: argparse.Namespace, report: dict) -> None:
             .get(opts.model.name.removeprefix("ggml-").removesuffix(".bin"), {})
             .get(name, {})
         )
-        inc_runs = [
-            x
-            for kind in ("cold", "warm")
-            for x in incremental.get(kind, {}).get("runs", [])
-        ]
+        inc_runs = [x for kind in ("cold", "warm") for x in incremental.get(kind, {}).get("runs", [])]
         out[name] = {
             "whole_wer": summary((clips.wer(clip.text, t) for t in texts), digits=3),
             "whole_transcripts": sorted(set(texts)),
@@ -292,7 +266,8 @@ def whole_after_stop(opts: argparse.Namespace) -> dict[str, Any]:
     from rig import RATE
     from rig import audio_assets as A
 
-    from mcp_listen import transcriber as T, whisper_text as W
+    from mcp_listen.whisper import text as W
+    from mcp_listen.whisper import transcriber as T
 
     shrink = W.audio_ctx_for
     T.audio_ctx_for = lambda n: 0  # whisper.cpp's default window (bench process only)
@@ -300,11 +275,7 @@ def whole_after_stop(opts: argparse.Namespace) -> dict[str, Any]:
     try:
         for name, clip in clips.utterance_clips(opts.silence_ms).items():
             samples = A.read_wav(clip.path)
-            audio = W.condition(
-                samples[
-                    max(0, clip.first_loud - RATE) : clip.last_loud + int(0.3 * RATE)
-                ]
-            )
+            audio = W.condition(samples[max(0, clip.first_loud - RATE) : clip.last_loud + int(0.3 * RATE)])
             t = time.perf_counter()
             tr = T.Transcriber(threads=opts.threads)
             tr.load(opts.model)
@@ -332,9 +303,7 @@ class CpuBusy:
 
     @staticmethod
     def _read() -> tuple[int, int]:
-        fields = [
-            int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-        ]
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
         idle = fields[3] + fields[4]
         return sum(fields) - idle, sum(fields)
 
@@ -396,46 +365,25 @@ def targets(report: dict) -> dict[str, Any]:
     g = report.get
     out: dict[str, Any] = {}
     if g("startup"):
-        out["startup_ratio_vs_mcpserver"] = verdict(
-            report["startup"]["ratio_vs_mcpserver"], 1.10
-        )
-        out["startup_ratio_vs_lowlevel"] = verdict(
-            report["startup"]["ratio_vs_lowlevel"], 1.10
-        )
+        out["startup_ratio_vs_mcpserver"] = verdict(report["startup"]["ratio_vs_mcpserver"], 1.10)
+        out["startup_ratio_vs_lowlevel"] = verdict(report["startup"]["ratio_vs_lowlevel"], 1.10)
         out["no_heavy_imports_at_startup"] = {"ok": report["startup"]["imports"]["ok"]}
     if g("list_audio_devices", {}).get("never_loads_a_model") is not None:
-        out["list_audio_devices_loads_no_model"] = {
-            "ok": report["list_audio_devices"]["never_loads_a_model"]
-        }
+        out["list_audio_devices_loads_no_model"] = {"ok": report["list_audio_devices"]["never_loads_a_model"]}
     if g("stop"):
-        out["stop_latency_median_ms"] = verdict(
-            report["stop"]["stop_latency_ms"]["median"], 100
-        )
-        out["rec_end_to_result_median_ms"] = verdict(
-            report["stop"]["rec_end_to_result_ms"]["median"], 30
-        )
+        out["stop_latency_median_ms"] = verdict(report["stop"]["stop_latency_ms"]["median"], 100)
+        out["rec_end_to_result_median_ms"] = verdict(report["stop"]["rec_end_to_result_ms"]["median"], 30)
     for model, lengths in (g("voice_query") or {}).get("models", {}).items():
         if not model.startswith("tiny"):
             continue
-        warm = {
-            n: v["warm"]["post_speech_ms"].get("median") for n, v in lengths.items()
-        }
+        warm = {n: v["warm"]["post_speech_ms"].get("median") for n, v in lengths.items()}
         for n, value in warm.items():
             out[f"post_speech_warm_{n}_median_ms"] = verdict(value, 250)
-        if (
-            "2s" in warm
-            and "20s" in warm
-            and warm["2s"] is not None
-            and warm["20s"] is not None
-        ):
-            out["post_speech_flat_20s_minus_2s_ms"] = verdict(
-                warm["20s"] - warm["2s"], 50
-            )
+        if "2s" in warm and "20s" in warm and warm["2s"] is not None and warm["20s"] is not None:
+            out["post_speech_flat_20s_minus_2s_ms"] = verdict(warm["20s"] - warm["2s"], 50)
     for condition in footprint.LISTENING:
         if (g("vad_cpu") or {}).get(condition):
-            out[f"vad_cpu_{condition}_pct_of_core"] = verdict(
-                report["vad_cpu"][condition]["vad_cpu_pct_of_core"], 1.0
-            )
+            out[f"vad_cpu_{condition}_pct_of_core"] = verdict(report["vad_cpu"][condition]["vad_cpu_pct_of_core"], 1.0)
     rss = g("rss") or {}
     if "idle" in rss:
         out["rss_idle_mb"] = verdict(rss["idle"]["rss_mb"], 70)
@@ -471,9 +419,7 @@ def print_summary(report: dict) -> None:
         print(f"WER {name}: incremental {w['incremental_wer'].get('median')} vs whole {w['whole_wer'].get('median')} "
               f"(whole transcription takes {fmt(w['whole_transcribe_ms'])})")  # fmt: skip
     if report.get("whole_after_stop"):
-        print(
-            f"load + whole transcription after the stop (30 s window): {report['whole_after_stop']}"
-        )
+        print(f"load + whole transcription after the stop (30 s window): {report['whole_after_stop']}")
     if report.get("stop_floor"):
         f = report["stop_floor"]
         print(f"stop floor (offline replay): stop {fmt(f['stop_latency_ms'])}, Silero decay {fmt(f['silero_decay_ms'])}, "

@@ -46,8 +46,9 @@ STORY = (
 
 
 def model_path() -> Path:
-    for candidate in filter(None, [os.environ.get("MCP_LISTEN_TEST_MODEL"),
-                                   str(REPO / "tests" / "assets" / "ggml-tiny.en.bin")]):
+    for candidate in filter(
+        None, [os.environ.get("MCP_LISTEN_TEST_MODEL"), str(REPO / "tests" / "assets" / "ggml-tiny.en.bin")]
+    ):
         if Path(candidate).is_file():
             return Path(candidate)
     raise SystemExit("no whisper test model: set MCP_LISTEN_TEST_MODEL")
@@ -92,8 +93,13 @@ def run(captures: int, queries: int, extra_env: dict[str, str] | None = None) ->
     clip = A.speech(STORY)
     figures: dict[str, Any] = {"captures": captures, "queries": queries}
     with VirtualMic() as mic, FakeOllama(reply="a short reply") as ollama:
-        env = server_env(mic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url,
-                         MCP_LISTEN_LOG_LEVEL="WARNING", **(extra_env or {}))
+        env = server_env(
+            mic.env,
+            MCP_LISTEN_RECORDINGS_DIR=str(rec_dir),
+            OLLAMA_HOST=ollama.url,
+            MCP_LISTEN_LOG_LEVEL="WARNING",
+            **(extra_env or {}),
+        )
         with RawServer(env) as server:
             server.initialize()
             pid = server.proc.pid
@@ -124,8 +130,11 @@ def run(captures: int, queries: int, extra_env: dict[str, str] | None = None) ->
                         points["query_warm"] = settle(pid)
                     if n % 10 == 0:
                         trace.append(proc_figures(pid)["VmRSS"])
-                    result = call(server, "voice_query", {"duration_ms": 1000, "stop_on_silence": False,
-                                                          "whisper_model": str(model)})
+                    result = call(
+                        server,
+                        "voice_query",
+                        {"duration_ms": 1000, "stop_on_silence": False, "whisper_model": str(model)},
+                    )
                     if result.get("isError"):
                         failures.append(result["content"][0]["text"])
                     elif result["structuredContent"].get("response"):
@@ -169,8 +178,13 @@ def main() -> int:
     parser.add_argument("--captures", type=int, default=200)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
-    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment for the server, e.g. MALLOC_ARENA_MAX=2")
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the server, e.g. MALLOC_ARENA_MAX=2",
+    )
     opts = parser.parse_args()
     figures = run(opts.captures, opts.queries, dict(item.split("=", 1) for item in opts.server_env))
     for key, value in figures.items():

@@ -34,11 +34,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realspeech_data  # noqa: E402
-from mcp_listen.contracts import WINDOW_MS, WINDOW_SAMPLES  # noqa: E402
 from realspeech import model_label, multilingual, playable  # noqa: E402
 from rig import RATE, ROOT  # noqa: E402
 from rig import audio_assets as A  # noqa: E402
 from stats import summary  # noqa: E402
+
+from mcp_listen.contract.models import WINDOW_MS, WINDOW_SAMPLES  # noqa: E402
 
 LEFT_OUT = {"jfk"}
 
@@ -62,11 +63,10 @@ class PhraseLog:
 
 def last_phrase(samples: Any, silence_ms: int) -> dict[str, Any]:
     """Replay `samples` through the real Listener; the last hand-over and the stop, in windows."""
-    from mcp_listen.listening import Listener, Plan
+    from mcp_listen.speech.listener import Listener, Plan
 
     log = PhraseLog()
-    listener = Listener(Plan(max_ms=60000, stop_on_silence=True, silence_ms=silence_ms, device=None),
-                        None, None, log)
+    listener = Listener(Plan(max_ms=60000, stop_on_silence=True, silence_ms=silence_ms, device=None), None, None, log)
     reason = None
     for start in range(0, len(samples) - WINDOW_SAMPLES + 1, WINDOW_SAMPLES):
         log.window += 1
@@ -80,7 +80,7 @@ def last_phrase(samples: Any, silence_ms: int) -> dict[str, Any]:
 
 
 def needs_ms(tr: Any, model: Path, audio: Any, language: str, repeat: int) -> list[float]:
-    from mcp_listen.whisper_text import condition
+    from mcp_listen.whisper.text import condition
 
     conditioned = condition(audio)
     times = []
@@ -92,7 +92,7 @@ def needs_ms(tr: Any, model: Path, audio: Any, language: str, repeat: int) -> li
 
 
 def measure(model: Path, entries: list[dict], opts: Any) -> dict[str, Any]:
-    from mcp_listen.transcriber import Transcriber
+    from mcp_listen.whisper.transcriber import Transcriber
 
     tr = Transcriber(threads=opts.threads)
     tr.load(model)
@@ -111,17 +111,23 @@ def measure(model: Path, entries: list[dict], opts: Any) -> dict[str, Any]:
             stop_after_speech = last["stop_window"] * WINDOW_MS - (clip.last_loud + 1) * 1000 / RATE
             needs = statistics.median(times)
             rows[entry["id"]] = {
-                "language": entry["language"], "last_phrase_s": round(len(last["audio"]) / RATE, 2),
-                "handed_over_as": last["kind"], "stopped_by": last["stopped_by"],
+                "language": entry["language"],
+                "last_phrase_s": round(len(last["audio"]) / RATE, 2),
+                "handed_over_as": last["kind"],
+                "stopped_by": last["stopped_by"],
                 "handed_after_speech_ms": round(stop_after_speech - head_start, 1),
-                "head_start_ms": head_start, "needs_ms": summary(times),
+                "head_start_ms": head_start,
+                "needs_ms": summary(times),
                 "floor_ms": round(max(0.0, needs - head_start), 1),
                 "at_end_of_speech_ms": round(max(0.0, needs - stop_after_speech), 1),
             }
             row = rows[entry["id"]]
-            print(f"  {entry['id']:32} last {row['last_phrase_s']:5.2f} s, handed {row['handed_after_speech_ms']:4.0f} ms "
-                  f"after the speech, head start {head_start:4} ms, needs {needs:5.0f} ms -> floor "
-                  f"{row['floor_ms']:5.0f} ms", flush=True)
+            print(
+                f"  {entry['id']:32} last {row['last_phrase_s']:5.2f} s, handed {row['handed_after_speech_ms']:4.0f} ms "
+                f"after the speech, head start {head_start:4} ms, needs {needs:5.0f} ms -> floor "
+                f"{row['floor_ms']:5.0f} ms",
+                flush=True,
+            )
     finally:
         tr.unload()
     grouped = [r for clip_id, r in rows.items() if clip_id not in LEFT_OUT]
@@ -138,7 +144,9 @@ def measure(model: Path, entries: list[dict], opts: Any) -> dict[str, Any]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, action="append", help="whisper model, repeatable (default: MCP_LISTEN_TEST_MODEL)")
+    p.add_argument(
+        "--model", type=Path, action="append", help="whisper model, repeatable (default: MCP_LISTEN_TEST_MODEL)"
+    )
     p.add_argument("--repeat", type=int, default=3, help="timed transcriptions of each last phrase (default 3)")
     p.add_argument("--threads", type=int, default=2, help="whisper threads (default 2)")
     p.add_argument("--silence-ms", type=int, default=1000, help="silence_ms (default 1000)")
@@ -157,18 +165,24 @@ def main(argv: list[str] | None = None) -> int:
 
     opts = parse(argv)
     entries = realspeech_data.load(opts.cache)
-    report: dict[str, Any] = {"machine": run.machine(), "silence_ms": opts.silence_ms, "repeat": opts.repeat,
-                              "models": {}}
+    report: dict[str, Any] = {
+        "machine": run.machine(),
+        "silence_ms": opts.silence_ms,
+        "repeat": opts.repeat,
+        "models": {},
+    }
     for model in opts.model:
         print(f"[{model_label(model)}]", flush=True)
         own = entries if multilingual(model) else [e for e in entries if e["language"] == "en"]
         report["models"][model_label(model)] = measure(model, own, opts)
     opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     for label, m in report["models"].items():
-        print(f"{label}: floor median {m['floor_ms']['median']} ms, p90 {m['floor_ms']['p90']} ms; "
-              f"at the end of speech median {m['at_end_of_speech_ms']['median']} ms, p90 "
-              f"{m['at_end_of_speech_ms']['p90']} ms; whisper needs median {m['needs_ms']['median']} ms "
-              f"(max {m['needs_ms']['max']}), head start median {m['head_start_ms']['median']} ms")
+        print(
+            f"{label}: floor median {m['floor_ms']['median']} ms, p90 {m['floor_ms']['p90']} ms; "
+            f"at the end of speech median {m['at_end_of_speech_ms']['median']} ms, p90 "
+            f"{m['at_end_of_speech_ms']['p90']} ms; whisper needs median {m['needs_ms']['median']} ms "
+            f"(max {m['needs_ms']['max']}), head start median {m['head_start_ms']['median']} ms"
+        )
     print(f"report: {opts.json}")
     return 0
 

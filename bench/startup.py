@@ -46,15 +46,11 @@ HEAVY = (
 """Must not be imported before the first request (httpx2, the SDK's own HTTP stack, is the SDK's)."""
 
 
-def time_initialize(
-    cmd: list[str], env: Mapping[str, str], stderr_path: Path | None = None
-) -> float:
+def time_initialize(cmd: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
     """Seconds from spawn to the initialize reply's arrival."""
     err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     began = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=dict(env)
-    )
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=dict(env))
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(INIT).encode() + b"\n")
@@ -77,10 +73,7 @@ def time_initialize(
 def measure(env: Mapping[str, str], runs: int) -> dict:
     """Interleaved spawn timings; the ratio of medians is the figure."""
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for (
-        name,
-        cmd,
-    ) in COMMANDS.items():  # warm the page cache and .pyc files; not counted
+    for cmd in COMMANDS.values():  # warm the page cache and .pyc files; not counted
         time_initialize(cmd, env)
     for _ in range(runs):
         for name, cmd in COMMANDS.items():

@@ -29,9 +29,7 @@ def fmt(s: dict, unit: str = "ms") -> str:
     return f"{s['median']} {unit} (min {s['min']}, max {s['max']}, n={s['n']})"
 
 
-def verdict(
-    value: float | None, target: float, *, lower_is_better: bool = True
-) -> dict:
+def verdict(value: float | None, target: float, *, lower_is_better: bool = True) -> dict:
     """A figure against its target, for the JSON report's `targets` table."""
     if value is None:
         return {"value": None, "target": target, "ok": None}

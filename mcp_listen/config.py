@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from urllib.parse import quote
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar
+from typing import TypeVar
+from urllib.parse import quote
 
-from mcp_listen import languages, limits
+from mcp_listen.contract import languages, limits
 from mcp_listen.errors import ConfigError
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
@@ -266,13 +267,19 @@ _SETTINGS = {
     "models_url": ("MCP_LISTEN_MODELS_URL", _url, "an http:// or https:// URL"),
     "ollama_host": ("OLLAMA_HOST", normalize_ollama_host, "host, host:port or http://host:port"),
     "ollama_timeout_s": (
-        "MCP_LISTEN_OLLAMA_TIMEOUT_S", _timeout_s, f"seconds, a decimal number from {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S}"
+        "MCP_LISTEN_OLLAMA_TIMEOUT_S",
+        _timeout_s,
+        f"seconds, a decimal number from {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S}",
     ),
     "whisper_threads": ("MCP_LISTEN_WHISPER_THREADS", _thread_count, f"an integer from 1 to {MAX_THREADS}"),
 }
 
 _DEFAULTS = {
-    "whisper_model": ("MCP_LISTEN_WHISPER_MODEL", _name(limits.MAX_WHISPER_MODEL_CHARS), "a whisper model name, file name or path"),
+    "whisper_model": (
+        "MCP_LISTEN_WHISPER_MODEL",
+        _name(limits.MAX_WHISPER_MODEL_CHARS),
+        "a whisper model name, file name or path",
+    ),
     "language": ("MCP_LISTEN_LANGUAGE", languages.normalize, languages.ACCEPTED),
     "model": ("MCP_LISTEN_OLLAMA_MODEL", _name(limits.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
     "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(limits.MAX_PROMPT_CHARS), "a system prompt"),

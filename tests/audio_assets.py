@@ -17,8 +17,9 @@ import shutil
 import subprocess
 import tempfile
 import wave
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,8 +80,7 @@ def read_wav(path: str | Path) -> np.ndarray:
     with wave.open(str(path), "rb") as wav:
         if wav.getsampwidth() != 2 or wav.getnchannels() != 1:
             raise AssetError(
-                f"{path}: expected 16-bit mono, got {wav.getsampwidth() * 8}-bit "
-                f"{wav.getnchannels()} channels"
+                f"{path}: expected 16-bit mono, got {wav.getsampwidth() * 8}-bit {wav.getnchannels()} channels"
             )
         return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.int16)
 
@@ -161,7 +161,7 @@ def silence(ms: int) -> Path:
     return _cached_samples("silence", (int(ms),), make)
 
 
-def with_noise(part: "Part", dbfs: float, seed: int = 2) -> Path:
+def with_noise(part: Part, dbfs: float, seed: int = 2) -> Path:
     """``part`` plus steady white noise at ``dbfs`` (RMS): a room's noise floor under the whole clip.
     Seeded and cached, so the same arguments always give the same samples."""
 
@@ -231,9 +231,7 @@ def _window_mean_abs(samples: np.ndarray, window: int) -> np.ndarray:
     return np.convolve(x, kernel, mode="same")
 
 
-def last_loud_sample(
-    samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0
-) -> int:
+def last_loud_sample(samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0) -> int:
     """Index of the last sample whose 10 ms envelope is above ``threshold`` × the envelope's
     peak: where speech really ends, for measuring stop-on-silence latency.
 
@@ -248,9 +246,7 @@ def last_loud_sample(
     return int(loud[-1])
 
 
-def first_loud_sample(
-    samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0
-) -> int:
+def first_loud_sample(samples: np.ndarray, threshold: float = 0.1, *, window_ms: float = 10.0) -> int:
     """Index of the first sample whose 10 ms envelope is above ``threshold`` × its peak."""
     import numpy as np
 

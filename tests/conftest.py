@@ -10,12 +10,12 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
-
-import pytest
+from typing import TYPE_CHECKING
 
 import audio_assets
+import pytest
 
 if TYPE_CHECKING:
     from fake_ollama import FakeOllama
@@ -154,7 +154,7 @@ def base_model_path() -> Path:
 
 
 @pytest.fixture
-def ollama() -> Iterator["FakeOllama"]:
+def ollama() -> Iterator[FakeOllama]:
     """A real HTTP server on loopback speaking Ollama's API; set `.mode` to inject a failure."""
     from fake_ollama import FakeOllama
 

@@ -30,16 +30,27 @@ def wrap(log: Path, cmd: list[str], *, silent: bool = False) -> list[str]:
     patience (5 s x 2 attempts), as with a DNS server that is down or firewalled.
     """
     mode = ["--silent"] if silent else []
-    return ["unshare", "--net", "--mount", "--", sys.executable, str(Path(__file__).resolve()), str(log), *mode,
-            "--", *cmd]
+    return [
+        "unshare",
+        "--net",
+        "--mount",
+        "--",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        str(log),
+        *mode,
+        "--",
+        *cmd,
+    ]
 
 
 def unavailable() -> str | None:
     """None if a namespace with a private resolv.conf can be built here, else the reason."""
     probe = "ip link set lo up && mount --bind /dev/null /etc/resolv.conf"
     try:
-        done = subprocess.run(["unshare", "--net", "--mount", "--", "sh", "-c", probe],
-                              capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["unshare", "--net", "--mount", "--", "sh", "-c", probe], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare could not run: {exc}"
     if done.returncode != 0:
@@ -52,7 +63,7 @@ def query_name(packet: bytes) -> str:
     labels, i = [], 12
     while i < len(packet) and packet[i]:
         size = packet[i]
-        labels.append(packet[i + 1:i + 1 + size].decode("ascii", "replace"))
+        labels.append(packet[i + 1 : i + 1 + size].decode("ascii", "replace"))
         i += 1 + size
     return ".".join(labels)
 
@@ -69,7 +80,7 @@ def _serve(sock: socket.socket, log: Path, parent: int, answer: bool) -> None:
         while os.getppid() == parent:
             try:
                 packet, peer = sock.recvfrom(4096)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if len(packet) < 12:
                 continue

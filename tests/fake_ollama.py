@@ -200,11 +200,18 @@ class _Handler(BaseHTTPRequestHandler):
         if _canon(name) not in {_canon(m) for m in self.fake.models}:
             self._json(404, {"error": f"model '{name}' not found"})
             return
-        self._json(200, {
-            "modelfile": "", "parameters": "", "template": "", "details": _details(),
-            "model_info": {"general.architecture": "llama"}, "capabilities": ["completion"],
-            "modified_at": CREATED_AT,
-        })
+        self._json(
+            200,
+            {
+                "modelfile": "",
+                "parameters": "",
+                "template": "",
+                "details": _details(),
+                "model_info": {"general.architecture": "llama"},
+                "capabilities": ["completion"],
+                "modified_at": CREATED_AT,
+            },
+        )
 
     def _chat(self, body: dict[str, Any]) -> None:
         mode, model = self.fake.mode, body.get("model", "")

@@ -160,7 +160,7 @@ class JackMic:
         if not done.wait(timeout):
             raise JackError(f"the JACK microphone did not play the clip within {timeout:g} s. {self.server.log_tail()}")
 
-    def at_rate(self, samples: "np.ndarray") -> "np.ndarray":
+    def at_rate(self, samples: np.ndarray) -> np.ndarray:
         """16 kHz int16 -> float32 at the server's rate (what a microphone of that rate would capture)."""
         import numpy as np
         import soxr

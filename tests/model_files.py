@@ -1,14 +1,14 @@
 """Model files built from the real tiny.en for the model-file tests: re-typed, re-headed, sparse.
 
-A walker of its own (not mcp_listen.ggml), so a bug in the code under test cannot also shape its inputs.
+A walker of its own (not mcp_listen.whisper.ggml), so a bug in the code under test cannot also shape its inputs.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 

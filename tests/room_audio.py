@@ -46,7 +46,7 @@ BABBLE_STREAMS = 16
 """Talkers summed; the eight voices each speak twice, from different offsets."""
 
 
-def active_rms(samples: "np.ndarray") -> float:
+def active_rms(samples: np.ndarray) -> float:
     """RMS of the windows within 30 dB of the loudest: the talker's level, pauses left out."""
     import numpy as np
 
@@ -57,7 +57,7 @@ def active_rms(samples: "np.ndarray") -> float:
     return float(np.sqrt(active.mean()))
 
 
-def _fan(n: int, seed: int) -> "np.ndarray":
+def _fan(n: int, seed: int) -> np.ndarray:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -72,7 +72,7 @@ def _fan(n: int, seed: int) -> "np.ndarray":
     return noise + hum
 
 
-def _babble(n: int, seed: int) -> "np.ndarray":
+def _babble(n: int, seed: int) -> np.ndarray:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -92,7 +92,7 @@ def _babble(n: int, seed: int) -> "np.ndarray":
 NOISES = {"fan": _fan, "babble": _babble}
 
 
-def noise(kind: str, n: int, seed: int = 7) -> "np.ndarray":
+def noise(kind: str, n: int, seed: int = 7) -> np.ndarray:
     """`n` samples of unit-RMS noise of a kind ("fan" or "babble"), float64."""
     import numpy as np
 
@@ -100,7 +100,7 @@ def noise(kind: str, n: int, seed: int = 7) -> "np.ndarray":
     return x / np.sqrt(np.mean(x**2))
 
 
-def in_room(part: "A.Part", kind: str, snr_db: float, *, speech_rms: float | None = None, seed: int = 7):
+def in_room(part: A.Part, kind: str, snr_db: float, *, speech_rms: float | None = None, seed: int = 7):
     """`part` with `kind` noise under the whole of it, `snr_db` under the speech's active level.
 
     `speech_rms` fixes the level the SNR is measured against (default: the clip's own active

@@ -13,9 +13,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
 
 SERVER_CMD = [sys.executable, "-m", "mcp_listen"]
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -120,7 +121,7 @@ class RawServer:
         if self.stderr_file is not subprocess.DEVNULL:
             self.stderr_file.close()
 
-    def __enter__(self) -> "RawServer":
+    def __enter__(self) -> RawServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from mcp_listen.audio.devices import InputDevice
 from mcp_listen.config import Settings
-from mcp_listen.devices import InputDevice
+from mcp_listen.contract.results import Answered, Captured, Devices, Status, Transcribed
 from mcp_listen.errors import Cancelled, CaptureError, DeviceBusy, LLMError, TranscriptionError
-from mcp_listen.results import Answered, Captured, Devices, Status, Transcribed
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +65,7 @@ class FakeEngine:
 async def call(engine: FakeEngine, tool: str, args: dict[str, Any] | None = None) -> Any:
     from mcp import Client
 
-    from mcp_listen.server import build_server
+    from mcp_listen.server.app import build_server
 
     async with Client(build_server(engine)) as client:
         return await client.call_tool(tool, args or {})
@@ -96,19 +96,39 @@ HEARD = Transcribed("what time is it", 2400, "en", True, "silence")
 
 async def test_list_devices_wire_shape():
     result = await call(FakeEngine({"list_audio_devices": Devices([MIC])}), "list_audio_devices")
-    device = {"index": 3, "name": "USB Mic", "id": "alsa:usb-mic", "maxInputChannels": 2,
-              "defaultSampleRate": 48000.0, "isDefault": True}
+    device = {
+        "index": 3,
+        "name": "USB Mic",
+        "id": "alsa:usb-mic",
+        "maxInputChannels": 2,
+        "defaultSampleRate": 48000.0,
+        "isDefault": True,
+    }
     assert success(result) == {"devices": [device]}
     same_bytes(result, [device])  # the text block is the bare array, as the Node edition's
 
 
-@pytest.mark.parametrize("captured, expected", [
-    (Captured("/r/a.wav", 5000, 16000, 1, 160044),
-     {"path": "/r/a.wav", "duration_ms": 5000, "sample_rate": 16000, "channels": 1, "size_bytes": 160044}),
-    (Captured("/r/b.wav", 1200, 16000, 1, 38444, stopped_by="silence", speech_detected=True),
-     {"path": "/r/b.wav", "duration_ms": 1200, "sample_rate": 16000, "channels": 1, "size_bytes": 38444,
-      "stopped_by": "silence", "speech_detected": True}),
-])
+@pytest.mark.parametrize(
+    "captured, expected",
+    [
+        (
+            Captured("/r/a.wav", 5000, 16000, 1, 160044),
+            {"path": "/r/a.wav", "duration_ms": 5000, "sample_rate": 16000, "channels": 1, "size_bytes": 160044},
+        ),
+        (
+            Captured("/r/b.wav", 1200, 16000, 1, 38444, stopped_by="silence", speech_detected=True),
+            {
+                "path": "/r/b.wav",
+                "duration_ms": 1200,
+                "sample_rate": 16000,
+                "channels": 1,
+                "size_bytes": 38444,
+                "stopped_by": "silence",
+                "speech_detected": True,
+            },
+        ),
+    ],
+)
 async def test_capture_wire_shape(captured, expected):
     engine = FakeEngine({"capture_audio": captured})
     result = await call(engine, "capture_audio", {"duration_ms": 5000})
@@ -117,65 +137,142 @@ async def test_capture_wire_shape(captured, expected):
     assert engine.calls[0][1].duration_ms == 5000  # the parsed arguments reach the engine
 
 
-@pytest.mark.parametrize("heard, expected", [
-    (HEARD, {"transcription": "what time is it", "stopped_by": "silence", "duration_ms": 2400, "language": "en"}),
-    (Transcribed(None, 10000, "en", False, "no_speech_timeout"),
-     {"transcription": None, "stopped_by": "no_speech_timeout", "duration_ms": 10000, "language": "en",
-      "speech_detected": False, "message": NO_SPEECH}),
-    (Transcribed(None, 3000, "de", True, None),  # fixed length: stopped_by null, no speech_detected
-     {"transcription": None, "stopped_by": None, "duration_ms": 3000, "language": "de", "message": NO_WORDS}),
-])
+@pytest.mark.parametrize(
+    "heard, expected",
+    [
+        (HEARD, {"transcription": "what time is it", "stopped_by": "silence", "duration_ms": 2400, "language": "en"}),
+        (
+            Transcribed(None, 10000, "en", False, "no_speech_timeout"),
+            {
+                "transcription": None,
+                "stopped_by": "no_speech_timeout",
+                "duration_ms": 10000,
+                "language": "en",
+                "speech_detected": False,
+                "message": NO_SPEECH,
+            },
+        ),
+        (
+            Transcribed(None, 3000, "de", True, None),  # fixed length: stopped_by null, no speech_detected
+            {"transcription": None, "stopped_by": None, "duration_ms": 3000, "language": "de", "message": NO_WORDS},
+        ),
+    ],
+)
 async def test_transcribe_wire_shape(heard, expected):
     result = await call(FakeEngine({"transcribe_voice": heard}), "transcribe_voice")
     assert success(result) == expected
     same_bytes(result, expected)
 
 
-@pytest.mark.parametrize("answered, expected", [
-    (Answered(HEARD, "llama3.2", "Noon."),
-     {"transcription": "what time is it", "response": "Noon.", "model": "llama3.2"}),
-    (Answered(Transcribed(None, 1500, "en", True, "silence"), "llama3.2", None),
-     {"transcription": None, "response": None, "speech_detected": True, "stopped_by": "silence", "message": NO_WORDS}),
-])
+@pytest.mark.parametrize(
+    "answered, expected",
+    [
+        (
+            Answered(HEARD, "llama3.2", "Noon."),
+            {"transcription": "what time is it", "response": "Noon.", "model": "llama3.2"},
+        ),
+        (
+            Answered(Transcribed(None, 1500, "en", True, "silence"), "llama3.2", None),
+            {
+                "transcription": None,
+                "response": None,
+                "speech_detected": True,
+                "stopped_by": "silence",
+                "message": NO_WORDS,
+            },
+        ),
+    ],
+)
 async def test_voice_query_wire_shape(answered, expected):
     result = await call(FakeEngine({"voice_query": answered}), "voice_query")
     assert success(result) == expected
     same_bytes(result, expected)
 
 
-@pytest.mark.parametrize("status, expected", [
-    (Status(False), {"recording": False, "tool": None, "elapsed_ms": None, "device": None, "whisper_model_loaded": None}),
-    (Status(True, "voice_query", 812, "USB Mic", "/m/ggml-base.en.bin"),
-     {"recording": True, "tool": "voice_query", "elapsed_ms": 812, "device": "USB Mic",
-      "whisper_model_loaded": "/m/ggml-base.en.bin"}),
-])
+@pytest.mark.parametrize(
+    "status, expected",
+    [
+        (
+            Status(False),
+            {"recording": False, "tool": None, "elapsed_ms": None, "device": None, "whisper_model_loaded": None},
+        ),
+        (
+            Status(True, "voice_query", 812, "USB Mic", "/m/ggml-base.en.bin"),
+            {
+                "recording": True,
+                "tool": "voice_query",
+                "elapsed_ms": 812,
+                "device": "USB Mic",
+                "whisper_model_loaded": "/m/ggml-base.en.bin",
+            },
+        ),
+    ],
+)
 async def test_status_wire_shape(status, expected):
     result = await call(FakeEngine({"get_status": status}), "get_status")
     assert success(result) == expected
     same_bytes(result, expected)
 
 
-LLM_DOWN = LLMError("Ollama is not running. Start it: ollama serve", code="ollama_unreachable",
-                    extra={"transcription": "what time is it", "response": None, "model": "llama3.2",
-                           "message": "Ollama is not running. Start it: ollama serve"})
+LLM_DOWN = LLMError(
+    "Ollama is not running. Start it: ollama serve",
+    code="ollama_unreachable",
+    extra={
+        "transcription": "what time is it",
+        "response": None,
+        "model": "llama3.2",
+        "message": "Ollama is not running. Start it: ollama serve",
+    },
+)
 
 
-@pytest.mark.parametrize("tool, error, expected", [
-    ("capture_audio", CaptureError("The microphone is gone."),
-     {"error": {"stage": "capture", "code": "capture_failed", "message": "The microphone is gone."}}),
-    ("transcribe_voice", DeviceBusy("A recording is already in progress."),
-     {"error": {"stage": "capture", "code": "busy", "message": "A recording is already in progress."}}),
-    ("transcribe_voice", TranscriptionError("No model.", code="model_not_found"),
-     {"error": {"stage": "transcription", "code": "model_not_found", "message": "No model."}}),
-    ("voice_query", LLM_DOWN,
-     {"error": {"stage": "llm", "code": "ollama_unreachable", "message": LLM_DOWN.message},
-      "transcription": "what time is it", "response": None, "model": "llama3.2", "message": LLM_DOWN.message}),
-    ("voice_query", Cancelled("The recording was cancelled."),
-     {"error": {"stage": None, "code": "cancelled", "message": "The recording was cancelled."}}),
-    ("get_status", RuntimeError("a bug"),
-     {"error": {"stage": None, "code": "internal_error",
-                "message": "Internal error in mcp-listen; the server log (stderr) has details."}}),
-])
+@pytest.mark.parametrize(
+    "tool, error, expected",
+    [
+        (
+            "capture_audio",
+            CaptureError("The microphone is gone."),
+            {"error": {"stage": "capture", "code": "capture_failed", "message": "The microphone is gone."}},
+        ),
+        (
+            "transcribe_voice",
+            DeviceBusy("A recording is already in progress."),
+            {"error": {"stage": "capture", "code": "busy", "message": "A recording is already in progress."}},
+        ),
+        (
+            "transcribe_voice",
+            TranscriptionError("No model.", code="model_not_found"),
+            {"error": {"stage": "transcription", "code": "model_not_found", "message": "No model."}},
+        ),
+        (
+            "voice_query",
+            LLM_DOWN,
+            {
+                "error": {"stage": "llm", "code": "ollama_unreachable", "message": LLM_DOWN.message},
+                "transcription": "what time is it",
+                "response": None,
+                "model": "llama3.2",
+                "message": LLM_DOWN.message,
+            },
+        ),
+        (
+            "voice_query",
+            Cancelled("The recording was cancelled."),
+            {"error": {"stage": None, "code": "cancelled", "message": "The recording was cancelled."}},
+        ),
+        (
+            "get_status",
+            RuntimeError("a bug"),
+            {
+                "error": {
+                    "stage": None,
+                    "code": "internal_error",
+                    "message": "Internal error in mcp-listen; the server log (stderr) has details.",
+                }
+            },
+        ),
+    ],
+)
 async def test_error_stages_wire_shape(tool, error, expected):
     result = await call(FakeEngine({tool: error}), tool)
     sentence, payload = failure(result)
@@ -203,7 +300,7 @@ def test_an_outgoing_message_with_text_that_is_not_utf8_is_sent_escaped():
     import mcp_types as types
     from mcp.shared.message import SessionMessage
 
-    from mcp_listen.ledger import encodable
+    from mcp_listen.server.ledger import encodable
 
     path = b"/tmp/caf\xe9/x.wav".decode("utf-8", "surrogateescape")
     reply = types.JSONRPCResponse(jsonrpc="2.0", id=3, result={"structuredContent": {"path": path}})

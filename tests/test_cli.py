@@ -12,9 +12,8 @@ import time
 import wave
 from pathlib import Path
 
-import pytest
-
 import audio_assets as A
+import pytest
 from rpc import server_env
 from vmic import env_no_input_devices
 
@@ -104,8 +103,8 @@ def test_capture_never_replaces_anything_but_a_regular_file(tmp_path, make, forc
 
 def test_capture_refuses_a_device_node():
     """Checked only (as root the old code replaced /dev/full with a WAV): nothing is written."""
+    from mcp_listen.audio.wavfile import UserFile
     from mcp_listen.errors import InvalidArgument
-    from mcp_listen.wavfile import UserFile
 
     with pytest.raises(InvalidArgument, match="device"):
         UserFile(Path("/dev/null"), replace=True).check()

@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 import pytest
-
 import rpc
-from mcp_listen import client_config
+
+from mcp_listen.cli import client_config
 from mcp_listen.errors import EXIT_OK, EXIT_USAGE, InvalidArgument
 
 JSON_CLIENTS = {
@@ -74,7 +74,17 @@ def test_claude_code_command_line():
     with_env = run_config("claude-code", "--runner", "uvx", "--env", "WHISPER_MODEL_PATH=/my models")
     words = shlex.split(with_env.stdout)
     # The name precedes -e: claude's -e takes several values and would swallow a name after it.
-    assert words == ["claude", "mcp", "add", "mcp-listen", "-e", "WHISPER_MODEL_PATH=/my models", "--", "uvx", "mcp-listen"]
+    assert words == [
+        "claude",
+        "mcp",
+        "add",
+        "mcp-listen",
+        "-e",
+        "WHISPER_MODEL_PATH=/my models",
+        "--",
+        "uvx",
+        "mcp-listen",
+    ]
 
 
 def test_codex_toml():

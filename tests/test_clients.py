@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import audio_assets
+import pytest
 from fake_ollama import refused_url
 from rpc import SERVER_CMD, server_env
 
@@ -118,9 +117,11 @@ def _read_outcome(name: str, done: subprocess.CompletedProcess) -> dict[str, Any
 
 def recording_streams(vmic) -> int:
     """How many capture streams are open on the virtual microphone's source right now."""
-    run = lambda *args: subprocess.run(  # noqa: E731
-        ["pactl", "list", "short", *args], env=vmic.child_env(), capture_output=True, text=True, timeout=10
-    ).stdout
+    run = lambda *args: (  # noqa: E731
+        subprocess.run(
+            ["pactl", "list", "short", *args], env=vmic.child_env(), capture_output=True, text=True, timeout=10
+        ).stdout
+    )
     source = next(line.split("\t")[0] for line in run("sources").splitlines() if line.split("\t")[1] == "vmic")
     return sum(1 for line in run("source-outputs").splitlines() if line.split("\t")[1] == source)
 
@@ -137,16 +138,35 @@ def _speak_when_recording(proc: subprocess.Popen, vmic, clip: Path) -> None:
         time.sleep(0.25)
 
 
-def call(name: str, tool: str, arguments: dict[str, Any], env: dict[str, str], tmp_path: Path,
-         *, vmic=None, clip: Path | None = None) -> dict[str, Any]:
+def call(
+    name: str,
+    tool: str,
+    arguments: dict[str, Any],
+    env: dict[str, str],
+    tmp_path: Path,
+    *,
+    vmic=None,
+    clip: Path | None = None,
+) -> dict[str, Any]:
     """One client process: start the server, list tools, call `tool`, report the outcome."""
-    spec = {"command": SERVER_CMD[0], "args": SERVER_CMD[1:], "env": env, "tool": tool,
-            "arguments": arguments, "timeoutMs": CALL_TIMEOUT_S * 1000}
+    spec = {
+        "command": SERVER_CMD[0],
+        "args": SERVER_CMD[1:],
+        "env": env,
+        "tool": tool,
+        "arguments": arguments,
+        "timeoutMs": CALL_TIMEOUT_S * 1000,
+    }
     spec_path = tmp_path / f"spec-{name}.json"
     spec_path.write_text(json.dumps(spec))
     client_env = {**env, "HOME": str(tmp_path / "client-home")}  # the Inspector keeps state in HOME
-    proc = subprocess.Popen(_client_command(name, spec_path, spec), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=client_env)
+    proc = subprocess.Popen(
+        _client_command(name, spec_path, spec),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=client_env,
+    )
     speaker = None
     if clip is not None:
         speaker = threading.Thread(target=_speak_when_recording, args=(proc, vmic, clip), daemon=True)
@@ -189,22 +209,28 @@ CASES = {
     "get_status-invalid": Case("get_status", {"verbose": True}, "invalid_argument", "verbose"),
     "capture_audio-ok": Case("capture_audio", {"duration_ms": 300}),
     "capture_audio-invalid": Case("capture_audio", {"duration_ms": 99}, "invalid_argument", "duration_ms"),
-    "capture_audio-unknown-device": Case("capture_audio", {"duration_ms": 300, "device": UNKNOWN_DEVICE},
-                                         "device_not_found", "list_audio_devices"),
+    "capture_audio-unknown-device": Case(
+        "capture_audio", {"duration_ms": 300, "device": UNKNOWN_DEVICE}, "device_not_found", "list_audio_devices"
+    ),
     "transcribe_voice-ok": Case("transcribe_voice", SPOKEN, speech=True),
     "transcribe_voice-invalid": Case("transcribe_voice", {"duration_ms": 30001}, "invalid_argument", "duration_ms"),
-    "transcribe_voice-unknown-device": Case("transcribe_voice", {**SPOKEN, "device": UNKNOWN_DEVICE},
-                                            "device_not_found", "list_audio_devices"),
-    "transcribe_voice-missing-model": Case("transcribe_voice", {"whisper_model": MISSING_MODEL},
-                                           "model_not_found", "models pull"),
+    "transcribe_voice-unknown-device": Case(
+        "transcribe_voice", {**SPOKEN, "device": UNKNOWN_DEVICE}, "device_not_found", "list_audio_devices"
+    ),
+    "transcribe_voice-missing-model": Case(
+        "transcribe_voice", {"whisper_model": MISSING_MODEL}, "model_not_found", "models pull"
+    ),
     "voice_query-ok": Case("voice_query", SPOKEN, speech=True),
     "voice_query-invalid": Case("voice_query", {"model": "x" * 201}, "invalid_argument", "model"),
-    "voice_query-unknown-device": Case("voice_query", {**SPOKEN, "device": UNKNOWN_DEVICE},
-                                       "device_not_found", "list_audio_devices"),
-    "voice_query-missing-model": Case("voice_query", {"whisper_model": MISSING_MODEL},
-                                      "model_not_found", "models pull"),
-    "voice_query-ollama-unreachable": Case("voice_query", SPOKEN, "ollama_unreachable", "ollama serve",
-                                           speech=True, ollama="refused"),
+    "voice_query-unknown-device": Case(
+        "voice_query", {**SPOKEN, "device": UNKNOWN_DEVICE}, "device_not_found", "list_audio_devices"
+    ),
+    "voice_query-missing-model": Case(
+        "voice_query", {"whisper_model": MISSING_MODEL}, "model_not_found", "models pull"
+    ),
+    "voice_query-ollama-unreachable": Case(
+        "voice_query", SPOKEN, "ollama_unreachable", "ollama serve", speech=True, ollama="refused"
+    ),
     "voice_query-empty-reply": Case("voice_query", SPOKEN, "empty_response", speech=True, ollama="empty"),
 }
 
@@ -245,8 +271,13 @@ def test_client_sees_every_outcome(client, case_name, node_clients, vmic, ollama
     clip = audio_assets.speech(QUESTION) if case.speech else None
     outcome = call(client, case.tool, case.args(model_path), env, tmp_path, vmic=vmic, clip=clip)
     if "tools" in outcome:
-        assert set(outcome["tools"]) == {"list_audio_devices", "capture_audio", "transcribe_voice",
-                                         "voice_query", "get_status"}
+        assert set(outcome["tools"]) == {
+            "list_audio_devices",
+            "capture_audio",
+            "transcribe_voice",
+            "voice_query",
+            "get_status",
+        }
     if case.code is None:
         data = _assert_success(outcome, case)
         if case.speech:

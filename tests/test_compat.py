@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-
 from fake_ollama import refused_url
 from rpc import RawServer, error_of, mcp_client, server_env
 from test_pipeline import QUESTION, call_while_playing, spoken, wer
@@ -158,6 +157,7 @@ async def test_a_failure_after_transcription_keeps_what_the_user_said(vmic, tmp_
 async def test_ollama_gone_while_the_user_speaks_keeps_the_transcript(vmic, tmp_path, models, ollama):
     env = base_env(vmic, tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models))
     async with mcp_client(env) as client:
+
         async def stop_ollama_then_speak() -> None:
             from test_server import wait_until_recording
 
@@ -279,7 +279,9 @@ def test_remedies_name_the_runner_that_started_the_server(tmp_path, prefix, expe
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     code = "from mcp_listen.errors import command; print(command('models', 'pull', 'base.en'))"
     env = server_env(PYTHONPATH=str(REPO))
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert done.stdout.strip() == f"{expected} models pull base.en"
 
 

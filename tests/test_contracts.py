@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from mcp_listen import contracts
-from mcp_listen.contracts import CaptureArgs, TranscribeArgs, VoiceQueryArgs, parse_args
+from mcp_listen.contract import models as contracts
+from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryArgs, parse_args
 from mcp_listen.errors import InvalidArgument
 
 VALID = [
@@ -115,8 +115,17 @@ def test_results_keep_nulls_and_drop_unset_fields():
 
 @pytest.mark.parametrize(
     "given,code",
-    [("english", "en"), ("Portuguese", "pt"), ("pt-BR", "pt"), ("PT_br", "pt"), ("de", "de"), ("auto", "auto"),
-     ("castilian", "es"), ("zh-Hans", "zh"), ("yue", "yue")],
+    [
+        ("english", "en"),
+        ("Portuguese", "pt"),
+        ("pt-BR", "pt"),
+        ("PT_br", "pt"),
+        ("de", "de"),
+        ("auto", "auto"),
+        ("castilian", "es"),
+        ("zh-Hans", "zh"),
+        ("yue", "yue"),
+    ],
 )
 def test_language_names_and_region_tags_become_whisper_codes(given, code):
     """The Node edition passed names such as "portuguese"; whisper takes the code."""
@@ -132,7 +141,10 @@ def test_an_empty_string_means_the_default(field, blank):
 def test_schemas_state_the_effective_defaults():
     mine = contracts.Defaults(whisper_model="ggml-small.bin", language="pt", model="qwen3", silence_ms=700)
     props = contracts.input_schema(VoiceQueryArgs, mine)["properties"]
-    assert props["whisper_model"]["default"] == "ggml-small.bin" and "ggml-small.bin" in props["whisper_model"]["description"]
+    assert (
+        props["whisper_model"]["default"] == "ggml-small.bin"
+        and "ggml-small.bin" in props["whisper_model"]["description"]
+    )
     assert props["language"]["default"] == "pt" and props["model"]["default"] == "qwen3"
     assert props["silence_ms"]["default"] == 700 and "default 700" in props["silence_ms"]["description"]
     assert "default" not in props["duration_ms"] and "{" not in props["duration_ms"]["description"]

@@ -44,7 +44,7 @@ def fake_cli(tmp_path: Path, exit_code: int) -> tuple[Path, Path]:
     """A stand-in `mcp-listen` that records its arguments: the pre-flight's only side effect."""
     log = tmp_path / "calls.txt"
     script = tmp_path / "mcp-listen"
-    script.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit {exit_code}\n")
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit {exit_code}\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script, log
 
@@ -56,7 +56,9 @@ def preflight(doctor_json: str, cli: Path, model_given: bool = False) -> subproc
     )  # fmt: skip
 
 
-MODEL_MISSING = check("whisper_model", "fail", 'Whisper model "ggml-base.en.bin" not found', "mcp-listen models pull base.en")
+MODEL_MISSING = check(
+    "whisper_model", "fail", 'Whisper model "ggml-base.en.bin" not found', "mcp-listen models pull base.en"
+)
 NO_MIC = check("microphone", "fail", "No input device found.", "Connect a microphone")
 
 
@@ -149,7 +151,9 @@ def ct2_bytes(tensors: dict, spec: str = "WhisperSpec") -> bytes:
 
 
 @given(
-    st.lists(st.tuples(st.integers(1, 4), st.integers(1, 5), st.sampled_from(["float32", "float16", "int8"])), max_size=4)
+    st.lists(
+        st.tuples(st.integers(1, 4), st.integers(1, 5), st.sampled_from(["float32", "float16", "int8"])), max_size=4
+    )
 )
 def test_ct2_reader_gives_back_every_tensor(shapes):
     import numpy as np
@@ -186,7 +190,9 @@ def test_a_file_with_the_wrong_checksum_is_never_published(tmp_path):
 
 
 def test_asset_maker_without_arguments_prints_its_usage():
-    done = subprocess.run([sys.executable, str(TOOLS / "make_test_assets.py")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(TOOLS / "make_test_assets.py")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 64 and "make_test_assets.py model OUT.bin" in done.stderr
 
 
@@ -217,5 +223,7 @@ def test_markers_follow_the_fixtures_a_test_uses(request):
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in needs.items():
             if used & fixtures:
-                assert item.get_closest_marker(marker), f"{item.nodeid} uses {used & fixtures} but is not marked {marker}"
+                assert item.get_closest_marker(marker), (
+                    f"{item.nodeid} uses {used & fixtures} but is not marked {marker}"
+                )
     assert request.node.get_closest_marker("mic") is None and request.node.get_closest_marker("slow") is None

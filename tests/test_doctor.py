@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
-
-import pytest
+from typing import Any
 
 import audio_assets
+import pytest
 from fake_ollama import FakeOllama, refused_url
-from mcp_listen import doctor
-from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE
 from vmic import env_no_input_devices, env_without_portaudio
+
+from mcp_listen.cli import doctor
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE
 
 ALL_TOOLS = ("list_audio_devices", "capture_audio", "transcribe_voice", "voice_query")
 
@@ -68,7 +69,9 @@ def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, mode
     assert checks["microphone"]["data"]["device"]["isDefault"] is True
     audio = checks["audio"]["data"]
     assert audio["samples"] == 4800
-    assert -30 < audio["level_dbfs"] < -6 and -8 < audio["peak_dbfs"] < -4, audio  # RMS is -9 unless the tone began late
+    assert -30 < audio["level_dbfs"] < -6 and -8 < audio["peak_dbfs"] < -4, (
+        audio
+    )  # RMS is -9 unless the tone began late
     assert checks["whisper_model"]["data"]["path"] == str(models_dir / "ggml-base.en.bin")
     assert checks["ollama"]["data"] == {"host": ollama.url, "version": "0.12.0"}
     assert checks["ollama_model"]["data"] == {"model": "llama3.2"}
@@ -94,7 +97,12 @@ def test_text_report_falls_back_to_ascii_marks(vmic, tmp_path):
     code, text, stderr = run_doctor(env, json_out=False)
     assert code == EXIT_UNAVAILABLE, stderr
     assert text.isascii()
-    assert "ok PortAudio" in text and "XX Whisper model" in text and "mcp-listen models pull base.en" in text and "-> " in text
+    assert (
+        "ok PortAudio" in text
+        and "XX Whisper model" in text
+        and "mcp-listen models pull base.en" in text
+        and "-> " in text
+    )
 
 
 def test_no_portaudio(vmic, ollama, models_dir, tmp_path):

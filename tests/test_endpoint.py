@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_listen.endpoint import EndpointConfig, Endpointer
+from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
 
 LOUD, QUIET, BETWEEN, JUST_LOUD = 0.9, 0.05, 0.4, 0.6
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,7 +201,6 @@ def test_default_config_is_valid_and_derives_window_counts():
     assert config.onset_windows == 8
     assert config.onset_span_windows == 19
     assert EndpointConfig(silence_threshold=0.5, speech_threshold=0.5).silence_threshold == 0.5
-
 
 
 # ---------------------------------------------------------------- Silero's decay, timed by level

@@ -16,14 +16,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mcp_listen.audio.devices import InputDevice
+from mcp_listen.audio.microphone import Recorder
 from mcp_listen.config import Settings
-from mcp_listen.contracts import WINDOW_SAMPLES as WINDOW, CaptureArgs, TranscribeArgs, VoiceQueryArgs
-from mcp_listen.devices import InputDevice
+from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.contract.results import Answered, Captured, Transcribed
+from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import DeviceBusy, LLMError
-from mcp_listen.pipeline import Engine
-from mcp_listen.recorder import Recorder
-from mcp_listen.results import Answered, Captured, Transcribed
-from mcp_listen.whisper_context import Detected
+from mcp_listen.whisper.context import Detected
 
 LOUD, QUIET = 3000, 0
 MIC = InputDevice(7, "Scripted Mic", "test:scripted", 1, 16000.0, True)
@@ -126,8 +127,9 @@ def engine(recorder: ScriptedRecorder, tmp_path: Path, whisper: Any = None, llm:
     llm = llm or FakeLLM()
     llm.log = recorder.log
     settings = Settings(recordings_dir=tmp_path / "recordings")
-    return Engine(settings, recorder=recorder, whisper=whisper or FakeWhisper(), llm=llm,
-                  vad=LoudnessVAD(), devices=OneDevice())
+    return Engine(
+        settings, recorder=recorder, whisper=whisper or FakeWhisper(), llm=llm, vad=LoudnessVAD(), devices=OneDevice()
+    )
 
 
 def test_voice_query_listens_until_the_pause_then_asks(tmp_path):
@@ -185,6 +187,10 @@ def test_an_llm_failure_keeps_the_transcription(tmp_path):
     llm = FakeLLM(LLMError("Ollama is not running.", code="ollama_unreachable"))
     with pytest.raises(LLMError) as failed:
         engine(recorder, tmp_path, llm=llm).voice_query(VoiceQueryArgs(model="qwen"))
-    assert failed.value.extra == {"transcription": "What time is it?", "response": None, "model": "qwen",
-                                  "message": "Ollama is not running."}
+    assert failed.value.extra == {
+        "transcription": "What time is it?",
+        "response": None,
+        "model": "qwen",
+        "message": "Ollama is not running.",
+    }
     assert recorder.active is None

@@ -11,13 +11,12 @@ import signal
 import struct
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 import audio_assets as A
+import pytest
 from fake_ollama import refused_url
 from rpc import error_of, server_env
 from test_reliability import files_in, heard_lighthouse, speech_clip, stalled, wire
@@ -94,14 +93,16 @@ def test_bad_whisper_models_are_errors_and_the_server_lives_on(vmic, tmp_path, m
         unknown_type.write_bytes(odd)
         del odd
         began = time.monotonic()
-        result = w.call("transcribe_voice", {"whisper_model": str(unknown_type), "stop_on_silence": False,
-                                             "duration_ms": 4000})
+        result = w.call(
+            "transcribe_voice", {"whisper_model": str(unknown_type), "stop_on_silence": False, "duration_ms": 4000}
+        )
         error = error_of(result)["error"]
         assert error["code"] == "model_invalid" and "type 99" in error["message"], error
         assert time.monotonic() - began < 5 and w.status()["recording"] is False
         assert w.server.proc.poll() is None
-        good = w.start("transcribe_voice", {"whisper_model": str(model_path), "stop_on_silence": False,
-                                            "duration_ms": 4000})
+        good = w.start(
+            "transcribe_voice", {"whisper_model": str(model_path), "stop_on_silence": False, "duration_ms": 4000}
+        )
         w.wait_recording(min_elapsed_ms=0)
         vmic.play(speech_clip())
         result = w.wait(good["id"], 60)["result"]
@@ -136,8 +137,12 @@ def _ask(w, vmic, model_path: Path, token: str) -> tuple[dict, float | None]:
 
 
 def test_ollama_faults_give_the_contracts_outcomes(vmic, ollama, tmp_path, model_path):
-    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), OLLAMA_HOST=ollama.url,
-                     MCP_LISTEN_OLLAMA_TIMEOUT_S="1")
+    env = server_env(
+        vmic.env,
+        MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
+        OLLAMA_HOST=ollama.url,
+        MCP_LISTEN_OLLAMA_TIMEOUT_S="1",
+    )
     timings = {}
     with wire(env) as w:
         for mode, code in OLLAMA_CASES:

@@ -20,17 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_ollama import refused_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fake_ollama import refused_url
 from rpc import error_of, server_env
 from test_reliability import assert_only_json_rpc, files_in, wire
 from vmic import env_no_input_devices
 
-EXAMPLES = settings(
-    max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
+EXAMPLES = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 RECORDING = ["duration_ms", "device", "stop_on_silence", "silence_ms"]
 FIELDS = {
@@ -138,11 +135,37 @@ def _nested(depth: int, leaf: Any, as_dict: bool) -> Any:
 
 
 SPECIAL_NUMBERS = st.sampled_from(
-    [-0.0, 0.0, 0, -1, 99, 100, 100.0, 100.5, 30000, 30001, 10000, 10001, 5000.0, 1e308, -1e308, 5e-324,
-     float("nan"), float("inf"), float("-inf"), 2**31, 2**63, -(2**63) - 1, 10**30, True, False]
+    [
+        -0.0,
+        0.0,
+        0,
+        -1,
+        99,
+        100,
+        100.0,
+        100.5,
+        30000,
+        30001,
+        10000,
+        10001,
+        5000.0,
+        1e308,
+        -1e308,
+        5e-324,
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        2**31,
+        2**63,
+        -(2**63) - 1,
+        10**30,
+        True,
+        False,
+    ]
 )
-LONG_TEXT = st.builds(lambda ch, n: ch * n, st.sampled_from(["a", "é", "字", "😀", "\x00", " "]),
-                      st.integers(0, 70_000))
+LONG_TEXT = st.builds(
+    lambda ch, n: ch * n, st.sampled_from(["a", "é", "字", "😀", "\x00", " "]), st.integers(0, 70_000)
+)
 UNICODE = st.text(alphabet=st.characters(codec=None), max_size=40) | st.sampled_from(
     ["", " ", "\u202e", "\ufeff", "\ud800", "a\udfffb", "../../etc/passwd", "~", "con", "\n", "NaN"]
 )
@@ -159,8 +182,10 @@ NEAR_VALID = {
     "device": st.integers(-3, 10**20) | st.text(max_size=600),
     "stop_on_silence": st.booleans(),
     "whisper_model": st.text(max_size=1100),
-    "language": st.from_regex(LANGUAGE, fullmatch=True) | st.sampled_from(sorted(WHISPER_CODES))
-    | st.sampled_from(LANGUAGE_NAMES) | st.text(max_size=12),
+    "language": st.from_regex(LANGUAGE, fullmatch=True)
+    | st.sampled_from(sorted(WHISPER_CODES))
+    | st.sampled_from(LANGUAGE_NAMES)
+    | st.text(max_size=12),
     "model": st.text(max_size=210),
     "prompt": st.text(max_size=30) | st.integers(99_995, 100_005).map(lambda n: "p" * n),
 }
@@ -175,8 +200,9 @@ def arguments(draw: Any, tool: str) -> dict[str, Any]:
         if choice != "absent":
             args[name] = draw(NEAR_VALID[name] if choice == "near" else ANYTHING)
     if draw(st.integers(0, 3)) == 0:
-        for key in draw(st.lists(UNICODE | st.sampled_from(["Duration_ms", "durationMs", "_meta", "arguments"]),
-                                 max_size=3)):
+        for key in draw(
+            st.lists(UNICODE | st.sampled_from(["Duration_ms", "durationMs", "_meta", "arguments"]), max_size=3)
+        ):
             args.setdefault(key, draw(ANYTHING))
     return args
 
@@ -200,14 +226,20 @@ def server(vmic, tmp_path_factory, model_path) -> Any:
     from mcp import Client
 
     from mcp_listen.config import Settings
-    from mcp_listen.pipeline import Engine
-    from mcp_listen.server import build_server
+    from mcp_listen.engine.engine import Engine
+    from mcp_listen.server.app import build_server
 
     folder = tmp_path_factory.mktemp("fuzz")
     (folder / "models").mkdir()
     (folder / "models" / "ggml-base.en.bin").symlink_to(model_path)  # the default model resolves
-    engine = Engine(Settings(recordings_dir=folder / "recordings", models_dir=folder / "models",
-                             ollama_host=refused_url(), ollama_timeout_s=1))
+    engine = Engine(
+        Settings(
+            recordings_dir=folder / "recordings",
+            models_dir=folder / "models",
+            ollama_host=refused_url(),
+            ollama_timeout_s=1,
+        )
+    )
     engine.shutdown.set()
     with start_blocking_portal() as portal:
         with portal.wrap_async_context_manager(Client(build_server(engine))) as client:
@@ -278,7 +310,9 @@ UNPARSEABLE = [
     b"[]",
     b"null",
     b'{"jsonrpc": "2.0", "id": 900, "method": "tools/call", "params": {"name": "capture_audio", "arguments": '
-    + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+    + b"[" * 100_000
+    + b"]" * 100_000
+    + b"}}",
     b'{"jsonrpc": "2.0", "id": 901, "method": "tools/call", "params": {"name": "capture_audio", "arguments": {"device": "\\ud800"}}}',
     b'{"jsonrpc": "2.0", "id": 902, "method": "tools/call", "params": {"name": "capture_audio", "arguments": [1, 2]}}',
     b'{"jsonrpc": "2.0", "id": 903, "method": "tools/call", "params": {"name": "capture_audio", "arguments": "x"}}',

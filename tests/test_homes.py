@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 import mcp_listen
-from mcp_listen import cli, commands, contracts, ggml_plan, limits, llm, model_names, model_store, whisper_probe
+from mcp_listen.cli import commands
+from mcp_listen.cli import main as cli
+from mcp_listen.contract import limits
+from mcp_listen.contract import models as contracts
+from mcp_listen.ollama import client as llm
+from mcp_listen.whisper import ggml
+from mcp_listen.whisper import names as model_names
+from mcp_listen.whisper import probe_child as whisper_probe
+from mcp_listen.whisper import store as model_store
 
 
 def _help(*argv: str) -> None:
@@ -91,12 +99,12 @@ def test_doctor_waits_for_ollama_as_long_as_the_probe_default():
 
 
 def test_memory_need_grows_by_the_measured_cost_of_each_thread():
-    hp = ggml_plan.HParams(51864, 1500, 384, 6, 4, 448, 384, 6, 4, 80, 1)
+    hp = ggml.HParams(51864, 1500, 384, 6, 4, 448, 384, 6, 4, 80, 1)
     model = type("M", (), {"hparams": hp, "weight_bytes": 75_000_000})()
-    one, three = ggml_plan.memory_needed(model, 1), ggml_plan.memory_needed(model, 3)
+    one, three = ggml.memory_needed(model, 1), ggml.memory_needed(model, 3)
     assert one.resident == three.resident and one.resident > 75_000_000
     extra = three.address - one.address
-    assert extra == pytest.approx(2 * ggml_plan.THREAD_ADDRESS * ggml_plan.MARGIN, abs=2)
+    assert extra == pytest.approx(2 * ggml.THREAD_ADDRESS * ggml.MARGIN, abs=2)
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"

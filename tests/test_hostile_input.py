@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from rpc import RawServer, error_of, server_env, tool_call
 
 LATIN1_NAME = b"caf\xe9"
@@ -29,8 +28,13 @@ def _not_utf8(folder: Path) -> str:
 @pytest.mark.parametrize(
     "name",
     [
-        "MCP_LISTEN_OLLAMA_MODEL", "MCP_LISTEN_WHISPER_MODEL", "MCP_LISTEN_SYSTEM_PROMPT",
-        "MCP_LISTEN_RECORDINGS_DIR", "TMPDIR", "WHISPER_MODEL_PATH", "HOME",
+        "MCP_LISTEN_OLLAMA_MODEL",
+        "MCP_LISTEN_WHISPER_MODEL",
+        "MCP_LISTEN_SYSTEM_PROMPT",
+        "MCP_LISTEN_RECORDINGS_DIR",
+        "TMPDIR",
+        "WHISPER_MODEL_PATH",
+        "HOME",
     ],
 )
 def test_a_value_that_is_not_utf8_never_kills_the_session(tmp_path, name):
@@ -77,7 +81,7 @@ def test_the_largest_valid_call_is_read_and_answered():
 
 @pytest.mark.parametrize("id_first", [True, False], ids=["id first (Python SDK)", "id last (TypeScript SDK)"])
 def test_a_request_over_the_line_limit_gets_an_error_naming_the_limit(id_first):
-    from mcp_listen.lifecycle import MAX_LINE_BYTES
+    from mcp_listen.server.stdio import MAX_LINE_BYTES
 
     padding = "z" * (MAX_LINE_BYTES + 10)
     body = f'"method":"tools/call","params":{{"name":"get_status","arguments":{{"id":7,"x":"{padding}"}}}}'

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 import audio_assets as A
+import pytest
 from rpc import mcp_client, server_env
 from test_compat import error_payload
 from test_pipeline import call_while_playing, words
@@ -62,7 +61,11 @@ async def test_each_language_is_transcribed_with_the_multilingual_model(env, vmi
 async def test_auto_reports_the_language_it_heard(env, vmic, base_model_path, code):
     async with mcp_client(env) as client:
         result = await call_while_playing(
-            client, vmic, "transcribe_voice", {"whisper_model": str(base_model_path), "language": "auto"}, spoken_in(code)
+            client,
+            vmic,
+            "transcribe_voice",
+            {"whisper_model": str(base_model_path), "language": "auto"},
+            spoken_in(code),
         )
     assert not result.is_error, result.content[0].text
     assert result.structured_content["language"] == code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mcp_listen import levels
+from mcp_listen.audio import levels
 
 
 def test_level_db_is_a_windows_mean_power_in_dbfs():

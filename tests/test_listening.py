@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 import audio_assets as A
+import pytest
 from rpc import mcp_client, server_env
 from test_pipeline import call_while_playing, wer
 

@@ -1,4 +1,4 @@
-"""The listening logic (mcp_listen/listening.py) on numpy arrays, without a microphone.
+"""The listening logic (mcp_listen/speech/listener.py) on numpy arrays, without a microphone.
 
 Real Endpointer and PhraseCutter; the VAD is a fake that gives scripted probabilities, and the
 phrase worker a fake that records what it is handed. Window i is filled with the value i, so
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcp_listen.listening import Listener, Plan
-from mcp_listen.contracts import WINDOW_SAMPLES as WINDOW
-from mcp_listen.recorder import Recording
+from mcp_listen.audio.microphone import Recording
+from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.speech.listener import Listener, Plan
 
 SPEECH, QUIET = 0.9, 0.05
 PRE_ROLL = Listener.PRE_ROLL_WINDOWS

@@ -8,17 +8,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 import dns_sink
+import pytest
 from fake_ollama import FakeOllama, refused_url
-from mcp_listen import llm
+from rpc import error_of
+
 from mcp_listen.config import normalize_ollama_host
 from mcp_listen.errors import Cancelled, LLMError
-from rpc import error_of
+from mcp_listen.ollama import client as llm
 
 
 @pytest.fixture
@@ -157,7 +157,10 @@ def test_mode_can_change_between_calls(fake: FakeOllama) -> None:
 
 def test_probe_ok(fake: FakeOllama) -> None:
     assert llm.probe(fake.url, "llama3.2") == {
-        "reachable": True, "version": "0.12.0", "model_available": True, "error": None,
+        "reachable": True,
+        "version": "0.12.0",
+        "model_available": True,
+        "error": None,
     }
     assert llm.probe(fake.url, "llama3.2:latest")["model_available"] is True
     assert llm.probe(fake.url, "qwen3:0.6b")["model_available"] is False
@@ -309,7 +312,7 @@ def test_cancel_closes_the_connection_at_once(fake: FakeOllama) -> None:
 
 _SLOW_RESOLVER_CHECKS = """
 import json, sys, time
-from mcp_listen import llm
+from mcp_listen.ollama import client as llm
 host, out = "http://ollama.example:11434", {}
 began = time.monotonic()
 try:
@@ -386,8 +389,7 @@ def _voice_query(w, vmic, model_path: Path, **args) -> tuple[dict, float]:
     """One spoken voice_query; (result, seconds from 'Asking' to the answer)."""
     from test_privacy import said_clip
 
-    request = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500, **args},
-                      progressToken="q")
+    request = w.start("voice_query", {"whisper_model": str(model_path), "silence_ms": 500, **args}, progressToken="q")
     w.wait_recording(min_elapsed_ms=0)
     vmic.play(said_clip())
     reply = w.wait(request["id"], 90)
@@ -404,8 +406,13 @@ def test_misbehaving_ollama_cannot_hold_threads_sockets_memory_or_secrets(vmic, 
     log = tmp_path / "stderr.log"
     with FakeOllama() as fake, FakeOllama() as target:
         host = fake.url.replace("http://", "http://alice:s3cr%40t@")
-        env = server_env(vmic.env, OLLAMA_HOST=host, MCP_LISTEN_OLLAMA_TIMEOUT_S="3",
-                         MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"), MCP_LISTEN_LOG_LEVEL="DEBUG")
+        env = server_env(
+            vmic.env,
+            OLLAMA_HOST=host,
+            MCP_LISTEN_OLLAMA_TIMEOUT_S="3",
+            MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
+            MCP_LISTEN_LOG_LEVEL="DEBUG",
+        )
         with wire(env, stderr_path=log) as w:
             pid = w.server.proc.pid
             result, _ = _voice_query(w, vmic, model_path)
@@ -434,7 +441,9 @@ def test_misbehaving_ollama_cannot_hold_threads_sockets_memory_or_secrets(vmic, 
             assert target.paths == [], "the redirect target received the transcript"
 
             fake.mode = "ok"  # a model Ollama lacks is named before recording, quoted for the shell
-            reply = w.wait(w.start("voice_query", {"whisper_model": str(model_path), "model": "llama3; rm -rf ~"})["id"], 30)
+            reply = w.wait(
+                w.start("voice_query", {"whisper_model": str(model_path), "model": "llama3; rm -rf ~"})["id"], 30
+            )
             assert "ollama pull 'llama3; rm -rf ~'" in _server_error(reply["result"])["message"]
 
             assert _until(lambda: _tcp_sockets(pid) <= sockets, 5), f"{_tcp_sockets(pid)} TCP sockets, {sockets} before"
@@ -449,7 +458,7 @@ def test_misbehaving_ollama_cannot_hold_threads_sockets_memory_or_secrets(vmic, 
 def test_doctor_shows_the_host_redacted_and_quotes_the_pull_command(fake: FakeOllama) -> None:
     import shlex
 
-    from mcp_listen import doctor
+    from mcp_listen.cli import doctor
     from mcp_listen.config import load_settings
 
     host = fake.url.replace("http://", "http://alice:s3cr%40t@")
@@ -465,12 +474,15 @@ def test_doctor_shows_the_host_redacted_and_quotes_the_pull_command(fake: FakeOl
     assert shlex.split(pull.remedy) == ["ollama", "pull", model]
 
 
-@pytest.mark.parametrize("raw, normal, shown", [
-    ("http://u:p@host", "http://u:p@host:11434", "http://***@host:11434"),
-    ("https://u:p%40ss@host:8443/ollama", "https://u:p%40ss@host:8443/ollama", "https://***@host:8443/ollama"),
-    ("u:p@[::1]:5", "http://u:p@[::1]:5", "http://***@[::1]:5"),
-    ("localhost:1234", "http://localhost:1234", "http://localhost:1234"),
-])
+@pytest.mark.parametrize(
+    "raw, normal, shown",
+    [
+        ("http://u:p@host", "http://u:p@host:11434", "http://***@host:11434"),
+        ("https://u:p%40ss@host:8443/ollama", "https://u:p%40ss@host:8443/ollama", "https://***@host:8443/ollama"),
+        ("u:p@[::1]:5", "http://u:p@[::1]:5", "http://***@[::1]:5"),
+        ("localhost:1234", "http://localhost:1234", "http://localhost:1234"),
+    ],
+)
 def test_host_credentials_are_kept_for_use_and_redacted_for_show(raw: str, normal: str, shown: str) -> None:
     from mcp_listen.config import redact_url
 

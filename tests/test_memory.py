@@ -8,7 +8,7 @@ import platform
 import pytest
 from rpc import proc_memory_kb
 
-from mcp_listen import memory
+from mcp_listen.engine import memory
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim/mallopt are glibc's")
 

@@ -13,9 +13,9 @@ import threading
 import numpy as np
 import pytest
 
-from mcp_listen.contracts import WINDOW_SAMPLES as WINDOW
+from mcp_listen.audio.microphone import Microphone, Tape
+from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
 from mcp_listen.errors import Cancelled, DeviceLost
-from mcp_listen.recorder import Microphone, Tape
 
 
 def counting_blocks(*sizes: int) -> queue.SimpleQueue:

@@ -20,14 +20,18 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 import audio_assets as A
 import model_files as M
-from mcp_listen import ggml, ggml_plan
-from mcp_listen import model_check as C, model_file as F, model_memory as MM, model_probe as P, transcriber as T
-from mcp_listen.errors import TranscriptionError
+import pytest
 from rpc import RawServer, error_of, server_env, tool_call
+
+from mcp_listen.errors import TranscriptionError
+from mcp_listen.whisper import admission as C
+from mcp_listen.whisper import ggml
+from mcp_listen.whisper import memory as MM
+from mcp_listen.whisper import model_file as F
+from mcp_listen.whisper import probe as P
+from mcp_listen.whisper import transcriber as T
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_S = 10.0
@@ -48,7 +52,8 @@ def _child(code: str, *args: str, timeout: float = 180) -> subprocess.CompletedP
 
 LOAD_AND_TRANSCRIBE = """
 import sys, numpy as np
-from mcp_listen import model_memory as MM, transcriber as T
+from mcp_listen.whisper import memory as MM
+from mcp_listen.whisper import transcriber as T
 from mcp_listen.errors import TranscriptionError
 {setup}
 t = T.Transcriber(2)
@@ -164,7 +169,7 @@ def test_a_genuine_model_under_an_address_space_limit(model_path: Path) -> None:
 def test_the_memory_estimate_is_enough_but_not_much_more(model_path: Path) -> None:
     """Under a limit of exactly what the check asks for, the model loads and transcribes."""
     with open(model_path, "rb") as f:
-        needs = ggml_plan.memory_needed(ggml.read_model(f, model_path.stat().st_size), 2)
+        needs = ggml.memory_needed(ggml.read_model(f, model_path.stat().st_size), 2)
     setup = (
         "import resource\n"
         "import _pywhispercpp\n"
@@ -181,7 +186,7 @@ def test_the_memory_estimate_is_enough_but_not_much_more(model_path: Path) -> No
 def _measured_address_space(model_path: Path) -> int:
     code = (
         "import sys, numpy as np\n"
-        "from mcp_listen import model_memory as MM, transcriber as T\n"
+        "from mcp_listen.whisper import memory as MM, transcriber as T\n"
         "import _pywhispercpp\n"
         "before = MM._proc_kb('/proc/self/status', 'VmSize')\n"
         "t = T.Transcriber(2)\n"
@@ -195,7 +200,7 @@ def _measured_address_space(model_path: Path) -> int:
 
 BYPASS_CHECKS = (
     "from pathlib import Path\n"
-    "from mcp_listen import ggml, model_check as C\n"
+    "from mcp_listen.whisper import ggml, admission as C\n"
     "real = Path(sys.argv[2])\n"
     "with open(real, 'rb') as f:\n"
     "    REAL = ggml.read_model(f, real.stat().st_size)\n"
@@ -254,8 +259,12 @@ def test_a_failed_probe_is_reported_once_then_retried(f32_model: Path, model_pat
         "    except TranscriptionError as e:\n"
         "        print(e.code, 'SIGABRT' in e.message)\n"
     )
-    done = _child("import sys\nfrom mcp_listen import model_check as C, transcriber as T\n"
-                  "from mcp_listen.errors import TranscriptionError\n" + code, str(model_path), str(f32_model))
+    done = _child(
+        "import sys\nfrom mcp_listen.whisper import admission as C, transcriber as T\n"
+        "from mcp_listen.errors import TranscriptionError\n" + code,
+        str(model_path),
+        str(f32_model),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["model_invalid", "True"] * 2
 
@@ -375,7 +384,7 @@ def test_tool_threads_do_not_use_the_stdin_readers_pool() -> None:
     import anyio
     import anyio.to_thread
 
-    from mcp_listen.server import Call
+    from mcp_listen.server.app import Call
 
     class Ctx:
         meta = None
@@ -450,7 +459,7 @@ def test_a_quantized_model_is_accepted_and_transcribes(model_path: Path, jfk_wav
     C.validate_model_file(path)
     code = (
         "import sys, wave, numpy as np\n"
-        "from mcp_listen import transcriber as T, whisper_text as W\n"
+        "from mcp_listen.whisper import transcriber as T, text as W\n"
         "w = wave.open(sys.argv[2])\n"
         "audio = np.frombuffer(w.readframes(w.getnframes()), dtype='<i2')\n"
         "print(T.Transcriber(2).transcribe(W.condition(audio), path=sys.argv[1]))\n"

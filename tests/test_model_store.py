@@ -15,15 +15,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from mcp_listen import model_store
 from mcp_listen.config import Settings
 from mcp_listen.errors import TranscriptionError, command
+from mcp_listen.whisper import store as model_store
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_BYTES = b"lmgg" + bytes(range(256)) * 2000  # ~0.5 MB, starts like a GGML file
@@ -56,7 +56,9 @@ class _Handler(BaseHTTPRequestHandler):
         }.get(self.path, self._missing)
         route()
 
-    def _send(self, status: int, body: bytes, length: int | None = None, ctype: str = "application/octet-stream") -> None:
+    def _send(
+        self, status: int, body: bytes, length: int | None = None, ctype: str = "application/octet-stream"
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body) if length is None else length))
@@ -102,7 +104,6 @@ class _Handler(BaseHTTPRequestHandler):
                 chunk = b"\0" * len(chunk)
         except OSError:
             pass
-
 
     def _huge(self) -> None:
         """Announces 10 GiB, sends a little, then holds the connection for 10 s."""
@@ -263,8 +264,18 @@ def test_unreachable_server(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["../evil", "Base.en", "", "a/b", ".hidden", "x y", "base..en", "tiny\n",
-     pytest.param("a" * 65, id="65 chars"), pytest.param("a" * 300, id="300 chars")],
+    [
+        "../evil",
+        "Base.en",
+        "",
+        "a/b",
+        ".hidden",
+        "x y",
+        "base..en",
+        "tiny\n",
+        pytest.param("a" * 65, id="65 chars"),
+        pytest.param("a" * 300, id="300 chars"),
+    ],
 )
 def test_bad_names_are_refused_before_any_request(server, tmp_path: Path, name: str) -> None:
     assert _pull_error(name, _settings(server, tmp_path)).code == "unknown_model"
@@ -402,7 +413,7 @@ def test_signal_mid_download_leaves_nothing(server, tmp_path: Path, sig: signal.
         "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
         "from pathlib import Path\n"
         "from mcp_listen.config import Settings\n"
-        "from mcp_listen import model_store\n"
+        "from mcp_listen.whisper import store as model_store\n"
         "s = Settings(models_dir=Path(sys.argv[1]), models_url=sys.argv[2])\n"
         "model_store.pull('slow', s, progress=False)\n"
     )
@@ -442,7 +453,15 @@ def test_list_models_searches_folders_in_order(tmp_path: Path) -> None:
 
 def test_standard_table_is_complete() -> None:
     assert set(model_store.STANDARD_MODELS) == {
-        "tiny", "tiny.en", "base", "base.en", "small", "small.en",
-        "medium", "medium.en", "large-v3", "large-v3-turbo",
+        "tiny",
+        "tiny.en",
+        "base",
+        "base.en",
+        "small",
+        "small.en",
+        "medium",
+        "medium.en",
+        "large-v3",
+        "large-v3-turbo",
     }
     assert all(len(h) == 40 and int(h, 16) >= 0 for h in model_store.STANDARD_MODELS_SHA1.values())

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import rpc
+
 from mcp_listen import __version__
 from mcp_listen.config import load_settings
 
@@ -62,7 +62,9 @@ def env_vars_read_by_settings() -> set[str]:
 def test_only_config_reads_the_environment():
     """server.json's list is only complete if nothing outside config.py reads variables."""
     pattern = re.compile(r"os\.environ|getenv\(")
-    readers = [p.name for p in (REPO / "mcp_listen").glob("*.py") if pattern.search(p.read_text()) and p.name != "config.py"]
+    readers = [
+        p.name for p in (REPO / "mcp_listen").glob("*.py") if pattern.search(p.read_text()) and p.name != "config.py"
+    ]
     assert readers == []
 
 
@@ -90,7 +92,7 @@ def test_server_json_lists_every_environment_variable():
 
 
 def test_readme_carries_the_registry_marker_and_the_ci_test_command():
-    """"From source" holds exactly two commands, listen and test; CI runs the test one, nothing else."""
+    """ "From source" holds exactly two commands, listen and test; CI runs the test one, nothing else."""
     text = README.read_text()
     assert f"<!-- mcp-name: {REGISTRY_NAME} -->" in text
     section = text.split("\n### From source\n", 1)[1].split("\n#", 1)[0]
@@ -186,7 +188,11 @@ def test_wheel_contents(dist):
                     for n in names if ".dist-info/licenses/" in n}  # fmt: skip
     sources = {f"mcp_listen/{p.name}" for p in (REPO / "mcp_listen").glob("*.py")}
     assert sources <= names, sources - names
-    assert {"mcp_listen/models/silero_vad_16k.onnx", "mcp_listen/models/LICENSE", "mcp_listen/models/README.md"} <= names
+    assert {
+        "mcp_listen/models/silero_vad_16k.onnx",
+        "mcp_listen/models/LICENSE",
+        "mcp_listen/models/README.md",
+    } <= names
     assert "Apache License" in licenses["LICENSE"] and "Version 2.0" in licenses["LICENSE"]
     assert "MIT" in licenses["models/LICENSE"]
     for name in names:
@@ -196,11 +202,22 @@ def test_wheel_contents(dist):
     assert f"Version: {__version__}\n" in metadata
     assert "Requires-Python: >=3.10" in metadata
     assert f"mcp-name: {REGISTRY_NAME}" in metadata  # the README is the PyPI description the registry reads
-    for dependency in ("mcp", "sounddevice", "numpy", "onnxruntime", "pywhispercpp", "pydantic", "anyio", "httpx",
-                       "certifi", "soxr", "tqdm"):
+    for dependency in (
+        "mcp",
+        "sounddevice",
+        "numpy",
+        "onnxruntime",
+        "pywhispercpp",
+        "pydantic",
+        "anyio",
+        "httpx",
+        "certifi",
+        "soxr",
+        "tqdm",
+    ):
         (line,) = re.findall(rf"^Requires-Dist: {dependency}[<>=].*$", metadata, flags=re.M)
         assert "<" in line and ">=" in line, line  # bounded: a new major version cannot break users
-    assert "mcp-listen = mcp_listen.cli:main" in entry_points
+    assert "mcp-listen = mcp_listen.cli.main:main" in entry_points
 
 
 @pytest.mark.slow
@@ -232,7 +249,8 @@ def test_installed_wheel_runs_without_the_checkout(installed, work):
 
 LOAD_THE_BUNDLED_MODEL = """
 import hashlib, numpy as np
-from mcp_listen import contracts, vad
+from mcp_listen.contract import models as contracts
+from mcp_listen.speech import vad
 data = vad.read_model_bytes()
 assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
 silence = vad.SileroVAD().probability(np.zeros(contracts.WINDOW_SAMPLES, dtype=np.int16))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mcp_listen.phrases import PhraseCutter, PhraseWorker, join_phrases
+from mcp_listen.speech.phrases import PhraseCutter, PhraseWorker, join_phrases
 
 LOUD, QUIET, SOFT = 0.9, 0.05, 0.4
 
@@ -108,8 +108,15 @@ def test_each_phrase_is_conditioned_on_the_text_before_it():
     worker.submit("And so my fellow Americans.")
     worker.submit("ask not what your country can do for you.")
     text = worker.finish("ask what you can do for your country.")
-    assert prompts == ["", "And so my fellow Americans", "And so my fellow Americans ask not what your country can do for you"]
-    assert text == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country."
+    assert prompts == [
+        "",
+        "And so my fellow Americans",
+        "And so my fellow Americans ask not what your country can do for you",
+    ]
+    assert (
+        text
+        == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country."
+    )
 
 
 def test_auto_language_is_detected_once_and_kept():

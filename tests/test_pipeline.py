@@ -11,9 +11,8 @@ import re
 from pathlib import Path
 
 import anyio
-import pytest
-
 import audio_assets as A
+import pytest
 from rpc import RawServer, error_of, mcp_client, server_env, tool_call
 from test_server import wait_until_recording
 
@@ -87,9 +86,7 @@ async def test_normal_outcome(env, vmic, ollama, model_path, rec_dir):
 
 async def test_no_speech_outcome_never_runs_whisper_or_ollama(env, vmic, ollama, model_path):
     async with mcp_client(env) as client:
-        result = await call_while_playing(
-            client, vmic, "voice_query", {"whisper_model": str(model_path)}, None
-        )
+        result = await call_while_playing(client, vmic, "voice_query", {"whisper_model": str(model_path)}, None)
         status = (await client.call_tool("get_status", {})).structured_content
     assert not result.is_error
     data = result.structured_content
@@ -128,7 +125,7 @@ async def test_transcription_failure_is_an_error_and_the_server_lives_on(env, vm
     bad = tmp_path / "models" / "ggml-base.en.bin"
     bad.parent.mkdir()
     if kind == "truncated":
-        bad.write_bytes(model_path.read_bytes()[: 3_000_000])
+        bad.write_bytes(model_path.read_bytes()[:3_000_000])
     elif kind == "text":
         bad.write_text("<html>Not Found</html>\n" * 100)
     elif kind == "directory":
@@ -151,11 +148,17 @@ async def test_model_name_lookup_in_whisper_model_path(vmic, rec_dir, ollama, mo
     folder = tmp_path / "wm"
     folder.mkdir()
     (folder / "ggml-tiny.en.bin").symlink_to(model_path)
-    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url,
-                     WHISPER_MODEL_PATH=str(folder))
+    env = server_env(
+        vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(folder)
+    )
     async with mcp_client(env) as client:
-        result = await call_while_playing(client, vmic, "transcribe_voice", {"whisper_model": "tiny.en"},
-                                          spoken("The weather today is sunny and warm."))
+        result = await call_while_playing(
+            client,
+            vmic,
+            "transcribe_voice",
+            {"whisper_model": "tiny.en"},
+            spoken("The weather today is sunny and warm."),
+        )
     assert not result.is_error, result.content[0].text
     assert wer("The weather today is sunny and warm.", result.structured_content["transcription"]) <= 0.3
 
@@ -219,14 +222,21 @@ async def test_progress_notifications_tell_the_story(env, vmic, ollama, model_pa
 
     async with mcp_client(env) as client:
         result = await call_while_playing(
-            client, vmic, "voice_query", {"whisper_model": str(model_path)}, spoken(QUESTION),
+            client,
+            vmic,
+            "voice_query",
+            {"whisper_model": str(model_path)},
+            spoken(QUESTION),
             progress_callback=on_progress,
         )
     assert not result.is_error, result.content[0].text
     messages = [m or "" for _, _, m in seen]
     for expected in ("Listening on", "Speech detected", "Recording finished", "Transcribing", "Asking llama3.2"):
         assert any(m.startswith(expected) for m in messages), (expected, messages)
-    order = [next(i for i, m in enumerate(messages) if m.startswith(e)) for e in ("Listening on", "Speech detected", "Recording finished", "Transcribing", "Asking")]
+    order = [
+        next(i for i, m in enumerate(messages) if m.startswith(e))
+        for e in ("Listening on", "Speech detected", "Recording finished", "Transcribing", "Asking")
+    ]
     assert order == sorted(order)
     values = [p for p, _, _ in seen]
     assert values == sorted(values) and len(set(values)) == len(values), "progress must increase"
@@ -240,8 +250,9 @@ def test_no_progress_without_a_token(env, vmic):
         call = tool_call(server, "capture_audio", {"duration_ms": 1200, "stop_on_silence": True})
         server.send(call)
         server.wait_for(call["id"])
-        with_token = tool_call(server, "capture_audio", {"duration_ms": 1200, "stop_on_silence": True},
-                               progressToken="t1")
+        with_token = tool_call(
+            server, "capture_audio", {"duration_ms": 1200, "stop_on_silence": True}, progressToken="t1"
+        )
         server.send(with_token)
         server.wait_for(with_token["id"])
         lines = [json.loads(line) for line in server.lines]
@@ -266,5 +277,4 @@ async def test_get_status_answers_during_a_recording(env, vmic, model_path):
     first, later, after = statuses
     assert first["recording"] is True and first["tool"] == "capture_audio" and first["device"]
     assert later["elapsed_ms"] > first["elapsed_ms"]
-    assert after == {"recording": False, "tool": None, "elapsed_ms": None, "device": None,
-                     "whisper_model_loaded": None}
+    assert after == {"recording": False, "tool": None, "elapsed_ms": None, "device": None, "whisper_model_loaded": None}

@@ -10,10 +10,9 @@ import stat
 import time
 from pathlib import Path
 
-import pytest
-
 import audio_assets as A
 import dns_sink
+import pytest
 import rpc
 from rpc import error_of, server_env
 from test_reliability import assert_only_json_rpc, files_in, wire
@@ -34,13 +33,16 @@ def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_pat
     rec_dir = tmp_path / "recordings"
     log = tmp_path / "stderr.log"
     ollama.reply = REPLY
-    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url,
-                     MCP_LISTEN_LOG_LEVEL="DEBUG")
+    env = server_env(
+        vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url, MCP_LISTEN_LOG_LEVEL="DEBUG"
+    )
     results = {}
     with wire(env, stderr_path=log) as w:
         # a frame the SDK cannot parse, holding a prompt: it must not be echoed either
-        w.server.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": '
-                                  b'"voice_query", "arguments": {"prompt": "Marmaduke the quokka"}\n')
+        w.server.proc.stdin.write(
+            b'{"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": '
+            b'"voice_query", "arguments": {"prompt": "Marmaduke the quokka"}\n'
+        )
         w.server.proc.stdin.flush()
         results["list"] = w.call("list_audio_devices")
         results["status"] = w.call("get_status")
@@ -228,7 +230,12 @@ def test_server_start_sweeps_only_old_recordings(vmic, tmp_path):
     folder_named_like_one.mkdir()
     (folder_named_like_one / "inside.txt").write_text("x")
     day_ago = time.time() - 25 * 3600
-    for path in [old_recording, outside, folder_named_like_one, *[p for k, p in keep.items() if k != "fresh recording"]]:
+    for path in [
+        old_recording,
+        outside,
+        folder_named_like_one,
+        *[p for k, p in keep.items() if k != "fresh recording"],
+    ]:
         os.utime(path, (day_ago, day_ago))
     os.utime(link, (day_ago, day_ago), follow_symlinks=False)
 

@@ -15,10 +15,9 @@ import sys
 import wave
 
 import anyio
-import pytest
-
 import audio_assets as A
 import jackmic
+import pytest
 from rpc import mcp_client, server_env, structured
 from test_pipeline import wer, words
 from test_server import wait_until_recording
@@ -136,7 +135,9 @@ async def test_stop_on_silence_writes_16k_mono_and_keeps_its_timing(vmic, jack_m
     lag, peak = A.xcorr_align(recording, speech)
     assert peak > 0.9, f"the speech was not captured (correlation {peak:.3f})"
     after_ms = (len(recording) - (lag + A.last_loud_sample(speech) + 1)) * 1000 / RATE
-    print(f"{jack_mic.name}: silence_ms={silence_ms} stopped {after_ms:.0f} ms after the speech, correlation {peak:.4f}")
+    print(
+        f"{jack_mic.name}: silence_ms={silence_ms} stopped {after_ms:.0f} ms after the speech, correlation {peak:.4f}"
+    )
     assert silence_ms <= after_ms <= silence_ms + 150, f"stopped {after_ms:.0f} ms after the speech ended"
 
 
@@ -158,7 +159,9 @@ async def reference_errors(vmic, jack_mic, tmp_path, args: dict, said: str) -> l
         for lead in REFERENCE_LEADS_MS:
             clip = spoken(SENTENCES, lead_ms=lead)
             env = env_for(vmic, jack_mic, tmp_path / f"ref-{lead}")
-            _reference[lead] = (await call_while_playing(env, vmic.play, "transcribe_voice", args, clip))["transcription"]
+            _reference[lead] = (await call_while_playing(env, vmic.play, "transcribe_voice", args, clip))[
+                "transcription"
+            ]
     return [word_errors(said, text) for text in _reference.values()]
 
 
@@ -182,7 +185,9 @@ async def test_transcripts_match_the_16k_microphone(vmic, jack_mic, tmp_path, mo
     tries = []
     for attempt in range(2):
         env = env_for(vmic, jack_mic, tmp_path / f"try-{attempt}")
-        heard = (await call_while_playing(env, jack_mic.play, "transcribe_voice", args, spoken(SENTENCES)))["transcription"]
+        heard = (await call_while_playing(env, jack_mic.play, "transcribe_voice", args, spoken(SENTENCES)))[
+            "transcription"
+        ]
         tries.append((word_errors(said, heard), heard))
         print(f"{jack_mic.name}: {tries[-1][0]} word errors (16 kHz: {at_16k}): {heard!r}")
         if tries[-1][0] <= bound:
@@ -228,7 +233,7 @@ def test_a_stereo_only_device_is_opened_in_stereo_downmixed_and_resampled(monkey
 
     import numpy as np
 
-    from mcp_listen import stream_open
+    from mcp_listen.audio import stream as stream_open
 
     fake = _StereoOnly48k()
     monkeypatch.setitem(sys.modules, "sounddevice", fake)
@@ -248,7 +253,7 @@ def test_a_stereo_only_device_is_opened_in_stereo_downmixed_and_resampled(monkey
 def test_a_device_refusing_even_its_own_rate_fails_with_a_clear_error(monkeypatch):
     import queue
 
-    from mcp_listen import stream_open
+    from mcp_listen.audio import stream as stream_open
     from mcp_listen.errors import CaptureError
 
     fake = _StereoOnly48k()

@@ -13,10 +13,9 @@ the offline test replays three seeds of every room through the same SileroVAD + 
 from __future__ import annotations
 
 import anyio
+import audio_assets as A
 import numpy as np
 import pytest
-
-import audio_assets as A
 import room_audio as R
 from rpc import mcp_client, server_env, structured
 from test_server import wait_until_recording
@@ -52,8 +51,8 @@ def stop_after_speech_ms(recording: np.ndarray, played: np.ndarray, speech_end: 
 
 def test_offline_every_room_stops_in_time_and_noise_alone_is_not_speech():
     """Three noise seeds per room, replayed through the server's own VAD and endpointer."""
-    from mcp_listen.endpoint import EndpointConfig, Endpointer
-    from mcp_listen.vad import SileroVAD
+    from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
+    from mcp_listen.speech.vad import SileroVAD
 
     vad = SileroVAD()
     clean, end = two_sentences()

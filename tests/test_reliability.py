@@ -17,13 +17,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
-
-import pytest
+from typing import Any
 
 import audio_assets as A
+import pytest
 from rpc import RawServer, error_of, mcp_client, proc_memory_kb, server_env, tool_call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +119,11 @@ class Wire:
 
     def cancel(self, request_id: int) -> float:
         self.server.send(
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id, "reason": "test"}}
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": request_id, "reason": "test"},
+            }
         )
         return time.monotonic()
 
@@ -171,9 +175,22 @@ def stalled(pid: int, syscall: str = "flock") -> Iterator[subprocess.Popen]:
     if shutil.which("strace") is None:
         pytest.fail("strace is needed to stall a write for real: apt-get install strace")
     tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", os.devnull, "-p", str(pid), "-e", f"trace={syscall}",
-         "-e", f"inject={syscall}:delay_enter=30000000"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            os.devnull,
+            "-p",
+            str(pid),
+            "-e",
+            f"trace={syscall}",
+            "-e",
+            f"inject={syscall}:delay_enter=30000000",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 10
@@ -189,7 +206,9 @@ def stalled(pid: int, syscall: str = "flock") -> Iterator[subprocess.Popen]:
 
 
 def speech_clip() -> Path:
-    return A.concat([A.silence(200), A.speech("please tell me a short story about a lighthouse keeper"), A.silence(400)])
+    return A.concat(
+        [A.silence(200), A.speech("please tell me a short story about a lighthouse keeper"), A.silence(400)]
+    )
 
 
 def heard_lighthouse(transcription: str | None) -> bool:
@@ -211,8 +230,11 @@ def long_transcription(vmic, w: Wire, model_path: Path, token: str) -> Iterator[
     8 s of speech without a pause (so no phrase was transcribed during the recording) and a
     server on one whisper thread: the final transcription takes ~0.5-1 s after "Transcribing".
     """
-    request = w.start("transcribe_voice", {"duration_ms": 8000, "stop_on_silence": False,
-                                           "whisper_model": str(model_path)}, progressToken=token)
+    request = w.start(
+        "transcribe_voice",
+        {"duration_ms": 8000, "stop_on_silence": False, "whisper_model": str(model_path)},
+        progressToken=token,
+    )
     w.wait_recording(min_elapsed_ms=0)
     player = vmic.play(A.speech(STORY), block=False)
     try:
@@ -326,8 +348,10 @@ def test_a_frozen_sound_server_fails_fast_and_cancel_frees_the_microphone(env, v
         works = w.call("capture_audio", {"duration_ms": 300}, timeout=60)
         works_after = time.monotonic() - thawed
         assert w.server.proc.poll() is None
-    print(f"\nfrozen sound server: error after {failed_after:.2f} s, cancel released in {released * 1000:.0f} ms, "
-          f"next call answered after {refused_after:.2f} s; after SIGCONT a capture took {works_after:.2f} s")
+    print(
+        f"\nfrozen sound server: error after {failed_after:.2f} s, cancel released in {released * 1000:.0f} ms, "
+        f"next call answered after {refused_after:.2f} s; after SIGCONT a capture took {works_after:.2f} s"
+    )
     for result, took in ((failed, failed_after), (refused, refused_after)):
         error = error_of(result)["error"]
         assert (error["stage"], error["code"]) == ("capture", "device_unavailable"), error
@@ -347,8 +371,11 @@ def test_a_capture_right_after_a_cancel_waits_for_the_microphone_instead_of_busy
         for _ in range(rounds):
             request = w.start("capture_audio", {"duration_ms": 20000})
             w.wait_recording(min_elapsed_ms=100)
-            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                      "params": {"requestId": request["id"], "reason": "test"}}
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": request["id"], "reason": "test"},
+            }
             following = tool_call(w.server, "capture_audio", {"duration_ms": 200})
             sent = time.monotonic()
             w.server.send(cancel, following)
@@ -360,8 +387,10 @@ def test_a_capture_right_after_a_cancel_waits_for_the_microphone_instead_of_busy
             else:
                 Path(result["structuredContent"]["path"]).unlink()
         assert request["id"] not in w.responses or w.responses[request["id"]]["result"].get("isError")
-    print(f"\ncapture right after a cancel: busy {busy} of {rounds}; answered after "
-          f"{min(waits) * 1000:.0f}-{max(waits) * 1000:.0f} ms (200 ms of audio)")
+    print(
+        f"\ncapture right after a cancel: busy {busy} of {rounds}; answered after "
+        f"{min(waits) * 1000:.0f}-{max(waits) * 1000:.0f} ms (200 ms of audio)"
+    )
     assert busy == 0
     assert files_in(rec_dir) == []
 
@@ -393,8 +422,9 @@ def test_cancel_during_transcription_stops_waiting(env, vmic, rec_dir, model_pat
         assert w.status()["recording"] is False
         free = w.call("capture_audio", {"duration_ms": 300})
         assert not free.get("isError"), free["content"][0]["text"]
-        next_call = w.start("transcribe_voice", {"duration_ms": 4000, "stop_on_silence": False,
-                                                 "whisper_model": str(model_path)})
+        next_call = w.start(
+            "transcribe_voice", {"duration_ms": 4000, "stop_on_silence": False, "whisper_model": str(model_path)}
+        )
         w.wait_recording(min_elapsed_ms=0)
         vmic.play(speech_clip())
         answer = w.wait(next_call["id"], 60)["result"]
@@ -602,7 +632,9 @@ def test_a_huge_line_is_dropped_without_memory_growth(env, tmp_path):
 
 def test_a_huge_line_without_newline_then_eof_exits_cleanly(env):
     with wire(env) as w:
-        w.server.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {"a": "' + b"z" * (3 << 20))
+        w.server.proc.stdin.write(
+            b'{"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {"a": "' + b"z" * (3 << 20)
+        )
         w.server.close_stdin()
         assert w.server.wait_exit(10) == 0
 
@@ -618,7 +650,11 @@ def test_soak(tmp_path, model_path):
     out = tmp_path / "soak.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "soak.py"), "--json", str(out)],
-        cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "MCP_LISTEN_TEST_MODEL": str(model_path)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -645,7 +681,7 @@ def test_bounded_lines_keeps_the_limit_exactly():
     """The reader under the server's stdin (pure part): the limit counts the newline."""
     import io
 
-    from mcp_listen.lifecycle import BoundedLines
+    from mcp_listen.server.stdio import BoundedLines
 
     limit = 64
     data = b"a" * 63 + b"\n" + b"b" * 64 + b"\n" + b"c" * 10 + b"\n" + b"d" * 1000 + b"\n" + b"e" * 5

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import anyio
+import audio_assets
 import numpy as np
 import pytest
-
-import audio_assets
-from mcp_listen.contracts import MAX_PROMPT_CHARS
 from rpc import LEGACY_VERSIONS, RawServer, error_of, mcp_client, server_env, structured, tool_call
 from vmic import env_no_input_devices, env_without_portaudio
+
+from mcp_listen.contract.models import MAX_PROMPT_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -279,8 +279,16 @@ def _pipelined_run(env) -> list:
     from rpc import SERVER_CMD
 
     messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_status", "arguments": {}}},

@@ -14,8 +14,13 @@ NOT_UTF8 = b"/tmp/caf\xe9".decode("utf-8", "surrogateescape")
 @pytest.mark.parametrize(
     "name",
     [
-        "MCP_LISTEN_OLLAMA_MODEL", "MCP_LISTEN_WHISPER_MODEL", "MCP_LISTEN_SYSTEM_PROMPT",
-        "MCP_LISTEN_RECORDINGS_DIR", "WHISPER_MODEL_PATH", "MCP_LISTEN_MODELS_URL", "OLLAMA_HOST",
+        "MCP_LISTEN_OLLAMA_MODEL",
+        "MCP_LISTEN_WHISPER_MODEL",
+        "MCP_LISTEN_SYSTEM_PROMPT",
+        "MCP_LISTEN_RECORDINGS_DIR",
+        "WHISPER_MODEL_PATH",
+        "MCP_LISTEN_MODELS_URL",
+        "OLLAMA_HOST",
     ],
 )
 def test_a_value_that_is_not_utf8_is_a_named_problem_and_the_default_stays(name):
@@ -88,9 +93,8 @@ def test_a_tilde_of_an_unknown_user_is_a_problem():
 def test_a_password_holding_a_slash_stays_credentials_and_is_masked():
     normal = normalize_ollama_host("http://bob:hunter/2@ollama.internal:8080")
     assert redact_url(normal) == "http://***@ollama.internal:8080"
-    from mcp_listen.ollama_http import Target
+    from mcp_listen.ollama.http import Target
 
     target = Target.parse("http://bob:hunter/2@ollama.internal:8080")
     assert (target.host, target.port, target.prefix) == ("ollama.internal", 8080, "")
     assert "hunter" not in target.shown and "bob" not in target.shown
-

@@ -7,10 +7,9 @@ so a loaded machine does not change them.
 from __future__ import annotations
 
 import anyio
+import audio_assets as A
 import numpy as np
 import pytest
-
-import audio_assets as A
 from rpc import mcp_client, server_env, structured
 from test_server import wait_until_recording
 
@@ -78,7 +77,9 @@ async def test_stop_timing_is_the_same_over_a_rooms_noise_floor(env, vmic, noise
     lead = 1500 * RATE // 1000
     clean = A.concat([A.silence(1500), speech, A.silence(700), A.speech("and then it ran away"), A.silence(3500)])
     clip = A.with_noise(clean, noise_dbfs)
-    data = await capture_while_playing(env, vmic, clip, {"stop_on_silence": True, "silence_ms": 1000, "duration_ms": 20000})
+    data = await capture_while_playing(
+        env, vmic, clip, {"stop_on_silence": True, "silence_ms": 1000, "duration_ms": 20000}
+    )
     assert data["stopped_by"] == "silence" and data["speech_detected"] is True
     recording = A.read_wav(data["path"])
     played = A.read_wav(clip)

@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcp_listen import model_check as C, model_names as N, transcriber as T, whisper_text as W
 from mcp_listen.errors import TranscriptionError
+from mcp_listen.whisper import admission as C
+from mcp_listen.whisper import names as N
+from mcp_listen.whisper import text as W
+from mcp_listen.whisper import transcriber as T
 
 REPO = Path(__file__).resolve().parents[1]
-JFK_TEXT = (
-    "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
-)
+JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 
 
 def _words(text: str) -> list[str]:
@@ -166,8 +167,8 @@ def test_missing_model_at_transcribe(tmp_path: Path) -> None:
 def test_nothing_reaches_stdout_or_stderr(model_path: Path, jfk_wav: Path) -> None:
     code = (
         "import sys, wave, numpy as np\n"
-        "from mcp_listen.transcriber import Transcriber\n"
-        "from mcp_listen.whisper_text import condition\n"
+        "from mcp_listen.whisper.transcriber import Transcriber\n"
+        "from mcp_listen.whisper.text import condition\n"
         "w = wave.open(sys.argv[2]); a = np.frombuffer(w.readframes(w.getnframes()), '<i2')\n"
         "t = Transcriber(2)\n"
         "text = t.transcribe(condition(a), path=sys.argv[1])\n"
@@ -185,7 +186,7 @@ def test_exit_while_whisper_runs_in_a_thread_is_clean(model_path: Path, phase: s
     """Without the atexit guard these exits segfault (transcribe) or abort (load) about half the time."""
     code = (
         "import sys, threading, time, numpy as np\n"
-        "from mcp_listen.transcriber import Transcriber\n"
+        "from mcp_listen.whisper.transcriber import Transcriber\n"
         "t = Transcriber(2)\n"
         "noise = np.random.default_rng(0).normal(0, 0.1, 16000 * 5).astype(np.float32)\n"
         "def work():\n"
@@ -336,7 +337,7 @@ def test_truncated_model_does_not_kill_the_process(model_path: Path, tmp_path: P
     bad = _truncated_copy(model_path, tmp_path, int(model_path.stat().st_size * 0.9))
     code = (
         "import sys, numpy as np\n"
-        "from mcp_listen.transcriber import Transcriber\n"
+        "from mcp_listen.whisper.transcriber import Transcriber\n"
         "from mcp_listen.errors import TranscriptionError\n"
         "t = Transcriber(2)\n"
         "for step in (lambda: t.load(sys.argv[1]),\n"
@@ -365,7 +366,7 @@ def test_loader_rejection_is_caught_from_whisper_log(model_path: Path, tmp_path:
     code = (
         "import sys, numpy as np\n"
         "from pathlib import Path\n"
-        "from mcp_listen import ggml, model_check as C, model_probe as P, transcriber as T\n"
+        "from mcp_listen.whisper import ggml, admission as C, probe as P, transcriber as T\n"
         "from mcp_listen.errors import TranscriptionError\n"
         "real = Path(sys.argv[2])\n"
         "with open(real, 'rb') as f:\n"
@@ -460,7 +461,7 @@ def test_condition_scales_int16_and_is_fast(jfk: np.ndarray) -> None:
 
 
 def test_module_import_is_light() -> None:
-    done = _child("import sys, mcp_listen.transcriber; sys.stderr.write(str('numpy' in sys.modules))")
+    done = _child("import sys, mcp_listen.whisper.transcriber; sys.stderr.write(str('numpy' in sys.modules))")
     assert done.returncode == 0 and done.stderr == "False"
 
 
@@ -502,7 +503,9 @@ def test_a_fresh_multilingual_model_detects_the_language_and_prints_nothing(base
     import audio_assets as A
 
     fresh = T.Transcriber(2)
-    audio = W.condition(A.read_wav(A.speech("Bonjour, je voudrais un café et un croissant, s'il vous plaît.", voice="fr")))
+    audio = W.condition(
+        A.read_wav(A.speech("Bonjour, je voudrais un café et un croissant, s'il vous plaît.", voice="fr"))
+    )
     detected = fresh.detect(audio, path=base_model_path)
     words = fresh.hear(audio, path=base_model_path, language="auto")
     printed = capfd.readouterr()

@@ -13,10 +13,10 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnxruntime")
 
-from mcp_listen import vad  # noqa: E402
-from mcp_listen.contracts import SAMPLE_RATE, WINDOW_SAMPLES as WINDOW  # noqa: E402
-from mcp_listen.vad import CONTEXT, SileroVAD, shared_vad  # noqa: E402
-
+from mcp_listen.contract.models import SAMPLE_RATE  # noqa: E402
+from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.speech import vad  # noqa: E402
+from mcp_listen.speech.vad import CONTEXT, SileroVAD, shared_vad  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,24 @@ def test_streaming_matches_upstream_algorithm(model, jfk):
     np.testing.assert_allclose(probabilities(model, audio), reference_probabilities(model.session, audio), atol=1e-6)
 
 
-UPSTREAM_JFK = [0.00167, 0.0832, 0.031314, 0.932935, 0.990164, 0.982173, 0.990902, 0.969589,
-                0.998417, 0.992213, 0.997682, 0.997485, 0.995232, 0.999041, 0.999405, 0.998691]
+UPSTREAM_JFK = [
+    0.00167,
+    0.0832,
+    0.031314,
+    0.932935,
+    0.990164,
+    0.982173,
+    0.990902,
+    0.969589,
+    0.998417,
+    0.992213,
+    0.997682,
+    0.997485,
+    0.995232,
+    0.999041,
+    0.999405,
+    0.998691,
+]
 """Every 4th probability of jfk's first 64 windows from the *upstream* silero_vad.onnx 6.2.3
 (sha256 1a153a22...87e3, with sr=16000), by reference_probabilities: the vendored 16 kHz
 network must give the same."""
@@ -187,7 +203,6 @@ def test_shared_vad_is_one_instance_per_process():
     assert len(results) == 4
     assert all(result is results[0] for result in results)
     assert shared_vad() is results[0]
-
 
 
 def test_level_db_is_a_windows_mean_power_in_dbfs():

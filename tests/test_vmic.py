@@ -11,11 +11,10 @@ import sys
 import threading
 import time
 
+import audio_assets
 import numpy as np
 import pytest
 import sounddevice as sd
-
-import audio_assets
 from vmic import SOURCE, VirtualMic, env_no_input_devices, env_without_portaudio
 
 RATE = 16000
@@ -44,9 +43,7 @@ def minimal_env() -> dict[str, str]:
 
 
 def run_child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
 def record(seconds: float, *, while_running=None, timeout: float = 20.0):
@@ -70,9 +67,7 @@ def record(seconds: float, *, while_running=None, timeout: float = 20.0):
             done.set()
 
     started = time.monotonic()
-    with sd.InputStream(
-        samplerate=RATE, channels=1, dtype="int16", blocksize=BLOCK, callback=callback
-    ) as stream:
+    with sd.InputStream(samplerate=RATE, channels=1, dtype="int16", blocksize=BLOCK, callback=callback) as stream:
         assert flowing.wait(timeout), f"no audio block within {timeout} s"
         if while_running is not None:
             while_running()
@@ -102,9 +97,7 @@ def test_default_input_in_process_is_the_virtual_microphone(vmic):
 
 
 def pactl(mic: VirtualMic, *args: str) -> list[str]:
-    done = subprocess.run(
-        ["pactl", *args], env=mic.child_env(), capture_output=True, text=True, timeout=10
-    )
+    done = subprocess.run(["pactl", *args], env=mic.child_env(), capture_output=True, text=True, timeout=10)
     assert done.returncode == 0, done.stderr
     return [line for line in done.stdout.splitlines() if line.strip()]
 
@@ -112,9 +105,7 @@ def pactl(mic: VirtualMic, *args: str) -> list[str]:
 def test_recording_contains_the_played_audio_bit_exact(vmic, assets):
     sentence = assets.read_wav(assets.speech("Hello there."))
     sentence = sentence[: assets.last_loud_sample(sentence) + RATE // 20]  # drop espeak's tail
-    played = assets.samples_of(
-        assets.concat([assets.tone(1000, 250), assets.silence(100), sentence])
-    )
+    played = assets.samples_of(assets.concat([assets.tone(1000, 250), assets.silence(100), sentence]))
     assert len(played) < 1.3 * RATE  # must fit in the 1.5 s recording with room for latency
     samples, _, _ = record(1.5, while_running=lambda: vmic.play_samples(played))
     lag, correlation = assets.xcorr_align(samples, played)
@@ -148,9 +139,7 @@ def test_stop_removes_the_device_and_start_brings_it_back(vmic, assets):
     try:
         vmic.stop()
         assert not vmic.running
-        done = subprocess.run(
-            ["pactl", "info"], env=vmic.child_env(), capture_output=True, timeout=10
-        )
+        done = subprocess.run(["pactl", "info"], env=vmic.child_env(), capture_output=True, timeout=10)
         assert done.returncode != 0
         with pytest.raises(sd.PortAudioError):
             sd.InputStream(samplerate=RATE, channels=1, dtype="int16").close()

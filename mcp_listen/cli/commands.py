@@ -1,0 +1,206 @@
+"""The CLI's debugging commands: each runs the same engine code as the matching tool."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from mcp_listen.audio import wavfile
+from mcp_listen.audio.levels import level_db
+from mcp_listen.audio.wavfile import UserFile
+from mcp_listen.config import Settings
+from mcp_listen.contract import models as contracts
+from mcp_listen.contract.limits import SAMPLE_RATE, SAMPLE_RATE_KHZ
+from mcp_listen.contract.results import wire
+from mcp_listen.engine.engine import Engine
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
+from mcp_listen.whisper.names import SUGGESTED_MODEL
+
+RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
+WHISPER_FIELDS = ("whisper_model", "language", "translate")
+
+
+def tool_args(opts: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
+    """CLI options as the tool's raw arguments, so the CLI validates exactly as the tool does."""
+    raw: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(opts, name, None)
+        if value is not None:
+            raw[name] = value
+    device = raw.get("device")
+    if isinstance(device, str) and device.isdigit():
+        raw["device"] = int(device)
+    return raw
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def devices(opts: argparse.Namespace, settings: Settings) -> int:
+    found = wire(Engine(settings).list_devices())["devices"]
+    if opts.json:
+        print_json(found)
+        return EXIT_OK
+    if not found:
+        print("No input devices found.")
+        return EXIT_OK
+    print(f"{'':2}{'index':>5}  {'id':<48} {'ch':>3} {'rate':>7}")
+    for d in found:
+        mark = "* " if d["isDefault"] else "  "
+        print(f"{mark}{d['index']:>5}  {d['id']:<48} {d['maxInputChannels']:>3} {d['defaultSampleRate']:>7.0f}")
+    print("\n* = default input. Pass the id as device to the tools (ids are stable, indexes are not).")
+    return EXIT_OK
+
+
+def capture(opts: argparse.Namespace, settings: Settings) -> int:
+    args = contracts.parse_args(contracts.CaptureArgs, tool_args(opts, RECORDING_FIELDS))
+    out = UserFile(opts.out, replace=opts.force) if opts.out is not None else None
+    meter = _Meter() if sys.stderr.isatty() else None
+    try:
+        result = Engine(settings).capture(args, out=out, meter=meter, progress=_say)
+    finally:
+        if meter:
+            meter.close()
+    print_json(wire(result))
+    return EXIT_OK
+
+
+def listen(opts: argparse.Namespace, settings: Settings) -> int:
+    fields = (*RECORDING_FIELDS, *WHISPER_FIELDS)
+    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
+    print_json(wire(Engine(settings).transcribe_voice(args, progress=_say)))
+    return EXIT_OK
+
+
+def query(opts: argparse.Namespace, settings: Settings) -> int:
+    fields = (*RECORDING_FIELDS, *WHISPER_FIELDS, "model", "prompt")
+    args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
+    print_json(wire(Engine(settings).voice_query(args, progress=_say)))
+    return EXIT_OK
+
+
+def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
+    from mcp_listen.whisper.text import usable_text
+
+    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, WHISPER_FIELDS))
+    engine = Engine(settings)
+    model_path = engine.whisper.resolve(args.whisper_model)
+    samples = _read_wav(opts.file)
+    raw = engine.whisper.transcribe(samples, model_path, engine.language(args), translate=bool(args.translate)).text
+    print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
+    return EXIT_OK
+
+
+def models(opts: argparse.Namespace, settings: Settings) -> int:
+    from mcp_listen.whisper import store as model_store
+
+    if opts.models_command == "pull":
+        from mcp_listen.whisper.admission import validate_model_file
+
+        path = model_store.pull(opts.name, settings)
+        try:
+            validate_model_file(path)  # the full GGML walk: catches what a hash table cannot list
+        except ListenError:
+            path.unlink(missing_ok=True)
+            raise
+        print(path)
+        return EXIT_OK
+    found = model_store.list_models(settings)
+    if opts.json:
+        print_json([{"name": m.name, "size_bytes": m.size_bytes, "path": str(m.path)} for m in found])
+        return EXIT_OK
+    print("Searched, in order:")
+    for folder in settings.model_search_dirs:
+        print(f"  {folder}")
+    if not found:
+        print(f"No whisper models found. Fetch one: {command('models', 'pull', SUGGESTED_MODEL)}")
+        return EXIT_UNAVAILABLE
+    for m in found:
+        print(f"  {m.name:<24} {m.size_bytes / 1e6:8.1f} MB  {m.path}")
+    return EXIT_OK
+
+
+def _read_wav(path: Any) -> Any:
+    import wave
+
+    import numpy as np
+
+    from mcp_listen.errors import InvalidArgument
+
+    try:
+        with wavfile.open_regular(path) as raw, wave.open(raw, "rb") as wav:
+            ok = wav.getnchannels() == 1 and wav.getsampwidth() == 2 and wav.getframerate() == SAMPLE_RATE
+            data = wav.readframes(wav.getnframes())
+    except (OSError, wave.Error, EOFError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InvalidArgument(f"Cannot read {path}: {reason}") from None
+    if not ok:
+        raise InvalidArgument(
+            f"{path} must be a {SAMPLE_RATE_KHZ} kHz mono 16-bit WAV "
+            f"(convert: sox IN -r {SAMPLE_RATE} -c 1 -b 16 OUT.wav)"
+        )
+    return np.frombuffer(data, dtype="<i2")
+
+
+def _say(done: float, total: float | None, message: str) -> None:
+    print(f"\r\033[K{message}", file=sys.stderr, flush=True)
+
+
+class _Meter:
+    """A live input-level bar on stderr, so a person can see whether the microphone hears them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, window: Any, speaking: bool) -> None:
+        self.count += 1
+        if self.count % 3:
+            return
+        db = level_db(window)  # the level the endpointer uses
+        filled = int(max(0.0, min(1.0, (db + 60) / 60)) * 40)
+        vad = "speech" if speaking else "      "
+        sys.stderr.write(f"\r\033[Klevel {db:6.1f} dBFS [{'#' * filled:<40}] {vad}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def doctor(opts: argparse.Namespace, settings: Settings) -> int:
+    """Check what voice_query needs; exit 69 when something it needs is missing."""
+    from mcp_listen import package_version
+    from mcp_listen.cli import doctor as checks
+
+    device = tool_args(opts, ("device",)).get("device")
+    report = checks.run(settings, device=device, whisper_model=opts.whisper_model, model=opts.model)
+    report = {"version": package_version(), **report}
+    if opts.json:
+        print_json(report)
+    else:
+        print(checks.format_report(report, unicode=_can_print("✓✗→"), version=report["version"]))
+    return EXIT_OK if report["ok"] else EXIT_UNAVAILABLE
+
+
+def config(opts: argparse.Namespace, settings: Settings) -> int:
+    """Print the client's snippet on stdout (pipe-able), where it goes on stderr."""
+    from mcp_listen.cli import client_config
+
+    env = client_config.parse_env(opts.env)
+    snippet = client_config.render(opts.client, opts.runner, env)
+    print(snippet.text)
+    print(snippet.where, file=sys.stderr)
+    return EXIT_OK
+
+
+def _can_print(text: str) -> bool:
+    """False when stdout's encoding (a Windows code page, a C locale) cannot show `text`."""
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

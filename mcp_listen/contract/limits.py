@@ -1,0 +1,93 @@
+"""The contract's numbers: the audio format, each argument's range, the defaults, and the
+phrases that state them.
+
+One home for every value a tool description, a CLI help line, an error message or the
+listening code repeats, so the prose the model reads cannot drift from what the code does.
+Pure and free of pydantic: the audio modules and the CLI's parser import it without the
+argument models (contracts.py, which re-exports every name here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mcp_listen.contract import languages
+
+SAMPLE_RATE = 16000
+"""The one audio format inside mcp-listen: 16 kHz mono int16 (whisper's and Silero's rate)."""
+WINDOW_SAMPLES = 512
+"""One window of the listening loop: what Silero VAD takes at 16 kHz (32 ms)."""
+SAMPLE_RATE_KHZ = f"{SAMPLE_RATE / 1000:g}"
+"""The rate as prose says it (`16` kHz)."""
+WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
+CHANNELS = 1
+NO_SPEECH_TIMEOUT_MS = 10000
+"""stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
+MIN_DURATION_MS, MAX_DURATION_MS = 100, 30000
+MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10000
+CAPTURE_DURATION_MS = 5000
+"""Default length of a fixed recording (and of a voice tool's with stop_on_silence: false)."""
+LISTEN_DURATION_MS = 15000
+"""Default ceiling of a voice tool's recording while it stops on silence."""
+DEFAULT_SILENCE_MS = 1000
+DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
+DEFAULT_LANGUAGE = "en"
+DEFAULT_LLM_MODEL = "llama3.2"
+DEFAULT_PROMPT = "You are a helpful assistant."
+MAX_PROMPT_CHARS = 100_000
+"""System prompts up to this length are accepted (the Node edition's users pass 32,000+)."""
+MAX_WHISPER_MODEL_CHARS = 1024
+MAX_LLM_MODEL_CHARS = 200
+MAX_DEVICE_CHARS = 512
+
+
+def has_control_characters(text: str) -> bool:
+    """True if `text` holds a C0 or C1 control character (CR, LF, ESC...): no model name has one,
+    and one would go raw into messages, logs and the commands they suggest."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The effective defaults of the optional arguments: the contract's, or the user's
+    (MCP_LISTEN_* in the client config). Tool descriptions and schemas state these values."""
+
+    whisper_model: str = DEFAULT_WHISPER_MODEL
+    language: str = DEFAULT_LANGUAGE
+    model: str = DEFAULT_LLM_MODEL
+    prompt: str = DEFAULT_PROMPT
+    silence_ms: int = DEFAULT_SILENCE_MS
+
+    def words(self) -> dict[str, Any]:
+        """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
+        return {**CONSTANTS, **asdict(self)}
+
+
+ACCEPTED = {
+    "duration_ms": f"an integer from {MIN_DURATION_MS} to {MAX_DURATION_MS} (milliseconds)",
+    "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
+    "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
+    "stop_on_silence": "a boolean",
+    "translate": "a boolean",
+    "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
+    "characters, no control characters; empty means the default)",
+    "language": languages.ACCEPTED,
+    "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters, no control characters; empty means "
+    "the default)",
+    "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
+}
+"""What each argument accepts, as error messages and the config check say it."""
+
+CONSTANTS = {
+    "sample_rate_khz": SAMPLE_RATE_KHZ,
+    "min_duration_ms": MIN_DURATION_MS,
+    "max_duration_ms": MAX_DURATION_MS,
+    "min_silence_ms": MIN_SILENCE_MS,
+    "max_silence_ms": MAX_SILENCE_MS,
+    "capture_duration_ms": CAPTURE_DURATION_MS,
+    "listen_duration_ms": LISTEN_DURATION_MS,
+    "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
+    "max_prompt_chars": MAX_PROMPT_CHARS,
+}
+"""The `{name}` placeholders every description may use, whatever the user's defaults."""

@@ -1,0 +1,308 @@
+"""The public contract: tool arguments and results as pydantic models.
+
+Argument models forbid extra keys (`additionalProperties: false` in the schema)
+and are strict: a string or boolean where a number goes, a fraction where an
+integer goes, an empty device id — each is rejected with a message that names the
+argument, the accepted range and the value received. `null` means "use the
+default". Result models give each tool its `outputSchema`; results are dumped
+with `exclude_unset`, so a field is present exactly when the contract says so.
+The numbers these models and their descriptions state (ranges, defaults, the audio
+format) live in limits.py and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+)
+
+from mcp_listen.contract import languages
+from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers import the audio constants from here
+    ACCEPTED,
+    CAPTURE_DURATION_MS,
+    CHANNELS,
+    DEFAULT_LANGUAGE,
+    DEFAULT_LLM_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_SILENCE_MS,
+    DEFAULT_WHISPER_MODEL,
+    LISTEN_DURATION_MS,
+    MAX_DEVICE_CHARS,
+    MAX_DURATION_MS,
+    MAX_LLM_MODEL_CHARS,
+    MAX_PROMPT_CHARS,
+    MAX_SILENCE_MS,
+    MAX_WHISPER_MODEL_CHARS,
+    MIN_DURATION_MS,
+    MIN_SILENCE_MS,
+    NO_SPEECH_TIMEOUT_MS,
+    SAMPLE_RATE,
+    WINDOW_MS,
+    WINDOW_SAMPLES,
+    Defaults,
+    has_control_characters,
+)
+from mcp_listen.errors import InvalidArgument
+
+
+def _integral_float_to_int(value: Any) -> Any:
+    """JSON has one number type: accept 5000.0 as 5000, but never a bool, NaN or a fraction."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _empty_is_default(value: Any) -> Any:
+    """`""` (what a form or the Node edition's callers send for "nothing") means the default."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def _language(value: str) -> str:
+    return languages.normalize(value)
+
+
+def _whole(low: int, high: int | None = None) -> Any:
+    """A strict integer in [low, high]; the constraint sits first so the schema says minimum/maximum."""
+    return Annotated[int, Field(strict=True, ge=low, le=high), BeforeValidator(_integral_float_to_int)]
+
+
+def _no_control_characters(value: str) -> str:
+    if has_control_characters(value):
+        raise ValueError("control characters")
+    return value
+
+
+def _name(max_length: int) -> Any:
+    """An optional name of 1..max_length characters without control characters, where an empty
+    string means the default."""
+    bounded = Annotated[StrictStr, Field(min_length=1, max_length=max_length), AfterValidator(_no_control_characters)]
+    return Annotated[Optional[bounded], BeforeValidator(_empty_is_default)]
+
+
+DurationMs = _whole(MIN_DURATION_MS, MAX_DURATION_MS)
+SilenceMs = _whole(MIN_SILENCE_MS, MAX_SILENCE_MS)
+DeviceRef = Union[_whole(0), Annotated[StrictStr, Field(min_length=1, max_length=MAX_DEVICE_CHARS)]]
+Language = Annotated[
+    Optional[Annotated[StrictStr, Field(min_length=1, max_length=32), AfterValidator(_language)]],
+    BeforeValidator(_empty_is_default),
+]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _duration(description: str) -> Any:
+    return Field(default=None, description=description)
+
+
+_DEVICE = Field(
+    default=None,
+    description="Device to record from: the stable `id` string from list_audio_devices (preferred), its "
+    "integer `index`, or its name (or a unique part of it). Default: the system default input.",
+)
+_SILENCE = Field(
+    default=None,
+    description="Continuous silence in ms that ends a stop_on_silence recording ({min_silence_ms}-{max_silence_ms}, "
+    "default {silence_ms}). Requires stop_on_silence: true.",
+)
+
+
+class ListDevicesArgs(_Args):
+    """list_audio_devices takes no arguments."""
+
+
+class CaptureArgs(_Args):
+    duration_ms: Optional[DurationMs] = _duration(
+        "Recording length in ms ({min_duration_ms}-{max_duration_ms}, default {capture_duration_ms}). "
+        "A maximum, not an exact length, when stop_on_silence is true."
+    )
+    device: Optional[DeviceRef] = _DEVICE
+    stop_on_silence: Optional[StrictBool] = Field(
+        default=None,
+        description="Stop when the speaker stops talking (Silero VAD on this machine). Default false.",
+    )
+    silence_ms: Optional[SilenceMs] = _SILENCE
+
+
+class TranscribeArgs(_Args):
+    duration_ms: Optional[DurationMs] = _duration(
+        "Maximum recording length in ms ({min_duration_ms}-{max_duration_ms}). Default {listen_duration_ms} "
+        "while stopping on silence, {capture_duration_ms} otherwise."
+    )
+    device: Optional[DeviceRef] = _DEVICE
+    stop_on_silence: Optional[StrictBool] = Field(
+        default=None,
+        description="Stop when the speaker stops talking (default true). Pass false to record exactly duration_ms.",
+    )
+    silence_ms: Optional[SilenceMs] = _SILENCE
+    whisper_model: _name(MAX_WHISPER_MODEL_CHARS) = Field(
+        default=None,
+        description="Whisper GGML model: file name, name such as base.en, or path. Default {whisper_model}.",
+    )
+    language: Language = Field(
+        default=None,
+        description="Spoken language: a code (en, pt, de, ...) or name (english, portuguese); auto detects it "
+        "(the result's `language` says which was heard). Default {language}.",
+    )
+    translate: Optional[StrictBool] = Field(
+        default=None,
+        description="Return English text whatever language was spoken (whisper's translate task; needs a "
+        "multilingual model). Default false.",
+    )
+
+
+class VoiceQueryArgs(TranscribeArgs):
+    model: _name(MAX_LLM_MODEL_CHARS) = Field(default=None, description="Ollama model name. Default {model}.")
+    prompt: Optional[Annotated[StrictStr, Field(max_length=MAX_PROMPT_CHARS)]] = Field(
+        default=None,
+        description='System prompt for the model (up to {max_prompt_chars} characters). Default "{prompt}"',
+    )
+
+
+class GetStatusArgs(_Args):
+    """get_status takes no arguments."""
+
+
+# ---------------------------------------------------------------- results
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def public(self) -> dict[str, Any]:
+        """The wire form: exactly the fields that were set, nulls included."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class Device(_Result):
+    index: int
+    name: str
+    id: str
+    maxInputChannels: int
+    defaultSampleRate: float
+    isDefault: bool
+
+
+class DevicesResult(_Result):
+    devices: list[Device]
+
+
+StoppedBy = Literal["silence", "ceiling", "no_speech_timeout"]
+
+
+class CaptureResult(_Result):
+    path: str
+    duration_ms: int
+    sample_rate: int
+    channels: int
+    size_bytes: int
+    stopped_by: Optional[StoppedBy] = None
+    speech_detected: Optional[bool] = None
+
+
+class TranscribeResult(_Result):
+    transcription: Optional[str]
+    stopped_by: Optional[StoppedBy] = None
+    duration_ms: Optional[int] = None
+    language: Optional[str] = None
+    speech_detected: Optional[bool] = None
+    message: Optional[str] = None
+
+
+class VoiceQueryResult(_Result):
+    transcription: Optional[str]
+    response: Optional[str]
+    model: Optional[str] = None
+    speech_detected: Optional[bool] = None
+    stopped_by: Optional[StoppedBy] = None
+    message: Optional[str] = None
+
+
+class StatusResult(_Result):
+    recording: bool
+    tool: Optional[str]
+    elapsed_ms: Optional[int]
+    device: Optional[str]
+    whisper_model_loaded: Optional[str]
+
+
+# ---------------------------------------------------------------- validation
+
+
+def parse_args(model: type[_Args], arguments: dict[str, Any] | None) -> Any:
+    """Validate raw tool arguments into `model`, or raise InvalidArgument naming the argument."""
+    raw = dict(arguments or {})
+    try:
+        args = model.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidArgument(_describe(model, exc, raw)) from None
+    check_silence_requires_stop(args, raw)
+    return args
+
+
+def check_silence_requires_stop(args: Any, raw: dict[str, Any]) -> None:
+    """A silence_ms that cannot take effect is a mistake, rejected like an unknown argument."""
+    silence = getattr(args, "silence_ms", None)
+    if silence is None:
+        return
+    stop = args.stop_on_silence
+    stops = stop if stop is not None else isinstance(args, TranscribeArgs)
+    if not stops:
+        raise InvalidArgument("silence_ms requires stop_on_silence: true")
+
+
+def _describe(model: type[_Args], exc: ValidationError, raw: dict[str, Any]) -> str:
+    accepted = ", ".join(model.model_fields) or "none"
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else "arguments"
+        if err["type"] == "extra_forbidden":
+            return f"Unknown argument '{name}'. Accepted arguments: {accepted}."
+    err = exc.errors()[0]
+    name = str(err["loc"][0]) if err["loc"] else "arguments"
+    return f"Invalid {name}: expected {ACCEPTED.get(name, 'a valid value')}; got {_show(raw.get(name))}."
+
+
+def _show(value: Any) -> str:
+    """Echo a rejected value, kept short: it is the caller's own data."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    kind = type(value).__name__
+    names = {"str": "string", "bool": "boolean", "int": "integer", "float": "number", "NoneType": "null"}
+    return f"{text} ({names.get(kind, kind)})"
+
+
+def input_schema(model: type[_Args], defaults: Defaults = Defaults()) -> dict[str, Any]:
+    """The tool's inputSchema, its descriptions and `default`s stating the effective defaults."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    schema["additionalProperties"] = False
+    words = defaults.words()
+    for name, prop in schema.get("properties", {}).items():
+        if "description" in prop:
+            prop["description"] = prop["description"].format_map(words)
+        if name in ("whisper_model", "language", "model", "prompt", "silence_ms"):
+            prop["default"] = words[name]
+        else:
+            prop.pop("default", None)
+    return schema
+
+
+def output_schema(model: type[_Result]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return schema

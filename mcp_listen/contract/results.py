@@ -1,0 +1,133 @@
+"""What the engine returns, typed, and the one place that turns it into the contract's JSON.
+
+pipeline.Engine answers in these frozen dataclasses and knows nothing of the wire; the
+adapters (server.py for the tools, commands.py for the CLI) call `wire()` and get exactly
+the result dicts the contract (contracts.py) and the Node edition define. `Tools` is what
+an adapter needs of an engine, so the MCP adapter can run in memory against a fake one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+from mcp_listen.contract.models import CaptureResult, StatusResult, TranscribeResult, VoiceQueryResult
+
+NO_SPEECH_MESSAGE = "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
+NO_WORDS_MESSAGE = (
+    "Speech was detected but could not be transcribed. It may have been too quiet, too brief, or unclear. "
+    "Ask the user to repeat, a little louder and closer to the microphone."
+)
+
+Progress = Callable[[float, Optional[float], str], None]
+
+if TYPE_CHECKING:
+    from mcp_listen.config import Settings  # the engine's settings; config sits above the contract
+
+
+@dataclass(frozen=True)
+class Devices:
+    devices: Sequence[Any]
+    """devices.InputDevice (anything with `public()`), in PortAudio's order."""
+
+
+@dataclass(frozen=True)
+class Captured:
+    path: str
+    duration_ms: int
+    sample_rate: int
+    channels: int
+    size_bytes: int
+    stopped_by: str | None = None
+    """None for a fixed-length recording: the result then carries neither this nor speech_detected."""
+    speech_detected: bool | None = None
+
+
+@dataclass(frozen=True)
+class Transcribed:
+    text: str | None
+    """The usable words; None when nobody spoke or nothing usable came out (see speech_detected)."""
+    duration_ms: int
+    language: str
+    """The language whisper transcribed in (the detected one for `auto`)."""
+    speech_detected: bool
+    stopped_by: str | None = None
+    """Why the recording ended; None for a fixed length (stop_on_silence false)."""
+
+
+@dataclass(frozen=True)
+class Answered:
+    question: Transcribed
+    model: str
+    response: str | None
+    """None only when the question had no words (the model was not asked)."""
+
+
+@dataclass(frozen=True)
+class Status:
+    recording: bool
+    tool: str | None = None
+    elapsed_ms: int | None = None
+    device: str | None = None
+    whisper_model_loaded: str | None = None
+
+
+class Tools(Protocol):
+    """What an adapter needs of an engine (pipeline.Engine)."""
+
+    settings: Settings
+    shutdown: threading.Event
+
+    def list_devices(self) -> Devices: ...
+
+    def capture(self, args: Any, *, stop: Any = None, progress: Progress | None = None) -> Captured: ...
+
+    def transcribe_voice(self, args: Any, *, stop: Any = None, progress: Progress | None = None) -> Transcribed: ...
+
+    def voice_query(self, args: Any, *, stop: Any = None, progress: Progress | None = None) -> Answered: ...
+
+    def status(self) -> Status: ...
+
+
+def wire(result: Devices | Captured | Transcribed | Answered | Status) -> dict[str, Any]:
+    """The contract's result dict: exactly the fields the tool's result carries, nulls included."""
+    if isinstance(result, Devices):
+        return {"devices": [device.public() for device in result.devices]}
+    if isinstance(result, Captured):
+        return _captured(result)
+    if isinstance(result, Transcribed):
+        fields = dict(transcription=result.text, stopped_by=result.stopped_by, duration_ms=result.duration_ms)
+        fields["language"] = result.language
+        if result.text is None:
+            fields.update(_silence(result))
+        return TranscribeResult(**fields).public()
+    if isinstance(result, Answered):
+        question = result.question
+        if question.text is None:
+            return VoiceQueryResult(transcription=None, response=None, **_silence(question)).public()
+        return VoiceQueryResult(transcription=question.text, response=result.response, model=result.model).public()
+    if isinstance(result, Status):
+        return StatusResult(**vars(result)).public()
+    raise TypeError(f"not an engine result: {type(result).__name__}")
+
+
+def _captured(result: Captured) -> dict[str, Any]:
+    fields = {name: getattr(result, name) for name in ("path", "duration_ms", "sample_rate", "channels", "size_bytes")}
+    if result.stopped_by is not None:
+        fields.update(stopped_by=result.stopped_by, speech_detected=result.speech_detected)
+    return CaptureResult(**fields).public()
+
+
+def _silence(heard: Transcribed) -> dict[str, Any]:
+    """The two no-words outcomes differ only in speech_detected: the caller branches on it.
+
+    With a fixed length the contract leaves speech_detected and stopped_by out (as the Node
+    edition does); the message still says what the VAD heard.
+    """
+    fields: dict[str, Any] = {}
+    if heard.stopped_by is not None:
+        fields.update(speech_detected=heard.speech_detected, stopped_by=heard.stopped_by)
+    fields["message"] = NO_WORDS_MESSAGE if heard.speech_detected else NO_SPEECH_MESSAGE
+    return fields

@@ -1,0 +1,267 @@
+"""The engine: capture -> (VAD endpointing) -> transcribe -> ask, producing typed results.
+
+This module composes the parts and knows nothing of MCP or of the wire: server.py and
+cli.py both call it and turn its results (results.py) into the contract's JSON, so the CLI
+debugs exactly the code path the tools run. Its collaborators are the small protocols of
+engine_parts.py, the real parts by default. Everything here is blocking and meant to run in
+a worker thread; `stop` is how a caller cancels, `progress` how it hears what is happening.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp_listen.audio import devices as device_list
+from mcp_listen.audio import recordings, wavfile
+from mcp_listen.audio.microphone import Claim, Recorder, Tape
+from mcp_listen.config import Settings, default_recordings_dir
+from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.contract.results import Answered, Captured, Devices, Status, Transcribed
+from mcp_listen.engine import memory
+from mcp_listen.engine.parts import Asking, DeviceList, Hearing, Microphones, Ollama, Whisper
+from mcp_listen.errors import Cancelled, LLMError
+from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
+from mcp_listen.speech.phrases import PhraseWorker
+
+
+class Engine:
+    """One per process: the microphone, the resident whisper model, the settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        recorder: Microphones | None = None,
+        whisper: Hearing | None = None,
+        llm: Asking | None = None,
+        vad: VoiceDetector | None = None,
+        devices: DeviceList | None = None,
+    ) -> None:
+        self.settings = settings
+        self.recorder: Microphones = recorder or Recorder()
+        self.whisper: Hearing = whisper or Whisper(settings)
+        self.llm: Asking = llm or Ollama(settings)
+        self.vad = vad
+        """None: the process-wide Silero session (vad.shared_vad)."""
+        self.devices: DeviceList = devices or device_list
+        self.shutdown = threading.Event()
+        """Set on process shutdown: every recording in flight stops."""
+
+    # ------------------------------------------------------------------ devices and status
+
+    def list_devices(self) -> Devices:
+        """Current input devices; re-scanned (hot-plug) unless a recording holds PortAudio."""
+        portaudio = self.recorder.portaudio
+        if not portaudio.acquire(blocking=False):
+            return Devices(self.devices.list_inputs())
+        try:
+            return Devices(self.devices.list_inputs(rescan=True))
+        finally:
+            portaudio.release()
+
+    def status(self) -> Status:
+        claim = self.recorder.active
+        loaded = self.whisper.loaded_path
+        if claim is None:
+            return Status(recording=False, whisper_model_loaded=str(loaded) if loaded else None)
+        return Status(True, claim.tool, claim.elapsed_ms, claim.device, str(loaded) if loaded else None)
+
+    # ------------------------------------------------------------------ capture_audio
+
+    def capture(
+        self,
+        args: CaptureArgs,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+        out: wavfile.UserFile | None = None,
+        meter: Meter | None = None,
+    ) -> Captured:
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
+        if out is not None:
+            out.check()  # before the microphone opens: a bad path costs no recording
+        cancel = _linked(stop, self.shutdown)
+        try:
+            with self.recorder.claimed("capture_audio", stop=cancel) as claim:
+                folder = self._recordings_folder() if out is None else None
+                try:
+                    heard = self._listen(plan, claim, cancel, progress, meter)
+                    path = self._save(heard.recording.samples, out, folder, cancel)
+                finally:
+                    if folder is not None:
+                        folder.close()
+        finally:
+            memory.release_in_background()
+        endpointed = plan.stop_on_silence
+        return Captured(
+            path=str(path),
+            duration_ms=heard.duration_ms,
+            sample_rate=SAMPLE_RATE,
+            channels=CHANNELS,
+            size_bytes=wavfile.wav_size(len(heard.recording.samples)),
+            stopped_by=heard.recording.stopped_by if endpointed else None,
+            speech_detected=bool(heard.speech_detected) if endpointed else None,
+        )
+
+    def _recordings_folder(self) -> recordings.Folder:
+        """Checked and held open before recording: the WAV lands in the folder that was checked."""
+        folder = self.settings.recordings_dir
+        return recordings.open_folder(folder, ours=folder == default_recordings_dir())
+
+    def _save(self, samples: Any, out: wavfile.UserFile | None, folder: Any, cancel: Any) -> Path:
+        """The WAV, written under the claim; gone again when the call was cancelled meanwhile."""
+        if out is not None:
+            path = out.write(samples, SAMPLE_RATE)
+        else:
+            path = wavfile.write_recording(folder, samples, SAMPLE_RATE)
+        if cancel.is_set():
+            wavfile.remove(path)
+            raise Cancelled("The recording was cancelled.")
+        return path
+
+    # ------------------------------------------------------------------ listening
+
+    def _listen(
+        self,
+        plan: Plan,
+        claim: Claim,
+        stop: Any,
+        progress: Progress | None,
+        meter: Meter | None = None,
+        phrases: PhraseWorker | None = None,
+        on_speech: Callable[[], None] | None = None,
+    ) -> Heard:
+        """Record per `plan` on the claimed microphone, one window at a time, until the listener
+        says stop (the VAD decides, with stop_on_silence) or the ceiling is reached.
+
+        `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
+        model loads while the user talks, and never when nobody speaks).
+        """
+        listener = Listener(plan, progress, meter, phrases, on_speech, vad=self.vad)
+        tape = Tape(plan.max_frames)
+        reason = None
+        with self.recorder.open(lambda: self.devices.resolve(plan.device), stop=stop) as microphone:
+            claim.device = name = microphone.device.name
+            if progress:
+                progress(0, plan.max_ms, f"Listening on {name} (up to {plan.max_ms / 1000:g} s)")
+            for window in microphone:
+                if tape.add(window):  # wholly under the ceiling: heard
+                    reason = listener.on_window(window)
+                if reason is not None or tape.full:
+                    break
+        return listener.finished(tape.recording(reason or "ceiling"))
+
+    # ------------------------------------------------------------------ transcribe_voice
+
+    def language(self, args: TranscribeArgs) -> str:
+        """The language code whisper is told: the argument's, else the configured default."""
+        return args.language or self.settings.defaults.language
+
+    def hear_words(
+        self,
+        args: TranscribeArgs,
+        tool: str,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+        before_recording: Callable[[], None] | None = None,
+    ) -> Transcribed:
+        """Record and transcribe; the text is None when nobody spoke or no usable words came out.
+
+        Finished phrases are transcribed during the recording (phrases.py), and what was said
+        so far as soon as the speaker pauses, so little or nothing is left when they stop;
+        whisper loads once speech is heard.
+        """
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
+        model_path = self.whisper.resolve(args.whisper_model)
+        language, translate = self.language(args), bool(args.translate)
+        self.whisper.check_language(model_path, language, translate)
+        cancel = _linked(stop, self.shutdown)
+        worker = self._phrase_worker(model_path, language, translate, cancel)
+        preload = lambda: self.whisper.preload(model_path)  # noqa: E731
+        try:
+            with self.recorder.claimed(tool, stop=cancel) as claim:
+                if before_recording is not None:  # under the claim: one call at a time gets this far
+                    before_recording()
+                heard = self._listen(plan, claim, cancel, progress, phrases=worker, on_speech=preload)
+        except BaseException:
+            worker.abandon()
+            raise
+        return self._words_of(heard, worker, plan, progress)
+
+    def _phrase_worker(self, model_path: Path, language: str, translate: bool, cancel: Any) -> PhraseWorker:
+        def transcribe(audio: Any, prompt: str, lang: str, abort: threading.Event) -> tuple[str, str]:
+            words = self.whisper.transcribe(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
+            return words.text, words.language
+
+        def detect(audio: Any, abort: threading.Event) -> tuple[str, float]:
+            detected = self.whisper.detect(audio, model_path, _AnyEvent(cancel, abort))
+            return detected.language, detected.probability
+
+        return PhraseWorker(transcribe, language, detect)
+
+    def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Transcribed:
+        from mcp_listen.whisper.text import usable_text
+
+        text = None
+        if not heard.speech_detected:  # whisper writes "you" or "Thank you." for silence: never ask it
+            worker.abandon()
+        else:
+            if progress:
+                progress(heard.duration_ms + 1, None, "Transcribing")
+            try:
+                text = usable_text(worker.finish(heard.remaining_speech(), heard.remaining_key()))
+            finally:
+                memory.release_in_background()  # whisper's peak is behind us
+        stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
+        return Transcribed(text, heard.duration_ms, worker.language, bool(heard.speech_detected), stopped_by)
+
+    def transcribe_voice(self, args: TranscribeArgs, **kw: Any) -> Transcribed:
+        return self.hear_words(args, "transcribe_voice", **kw)
+
+    # ------------------------------------------------------------------ voice_query
+
+    def voice_query(
+        self,
+        args: VoiceQueryArgs,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+    ) -> Answered:
+        """Record, transcribe, ask Ollama. Ollama and the model are checked before the microphone
+        opens, and a failure after transcription still returns the transcript: the user never has
+        to say it all again because of a dependency."""
+        model = args.model or self.settings.defaults.model
+        preflight = lambda: self.llm.preflight(model)  # noqa: E731
+        heard = self.hear_words(args, "voice_query", stop=stop, progress=progress, before_recording=preflight)
+        if heard.text is None:
+            return Answered(heard, model, None)
+        if progress:
+            progress(heard.duration_ms + 2, None, f"Asking {model}")
+        prompt = args.prompt or self.settings.defaults.prompt
+        return Answered(heard, model, self.ask(heard.text, model, prompt, _linked(stop, self.shutdown)))
+
+    def ask(self, text: str, model: str, prompt: str, stop: Any) -> str:
+        try:
+            return self.llm.ask(text, model, prompt, stop)
+        except LLMError as exc:  # the Node shape of outcome 5, for every LLM failure: nothing said is lost
+            exc.extra.update(transcription=text, response=None, model=model, message=exc.message)
+            raise
+
+
+def _linked(stop: threading.Event | None, shutdown: threading.Event) -> Any:
+    """One event that is set when either the call is cancelled or the process shuts down."""
+    return _AnyEvent(stop, shutdown)
+
+
+class _AnyEvent:
+    """Quacks like threading.Event for `is_set`, true when any of the given events is set."""
+
+    def __init__(self, *events: Any) -> None:
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self._events)

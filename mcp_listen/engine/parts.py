@@ -1,0 +1,194 @@
+"""The engine's collaborators as small protocols, and the real parts that are their defaults.
+
+pipeline.Engine reaches the microphone, the device list, whisper and Ollama only through
+these protocols (the VAD through listening.VoiceDetector), so each can be replaced by a
+fake in a test. `Whisper` and `Ollama` are the real parts: thin compositions of the
+components (transcriber, model_names, model_check, llm), imported on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp_listen.config import Settings
+from mcp_listen.errors import TranscriptionError
+
+if TYPE_CHECKING:
+    from mcp_listen.audio.microphone import Claim
+
+log = logging.getLogger(__name__)
+
+
+class WindowSource(Protocol):
+    """An open microphone (recorder.Microphone): 512-sample int16 windows at 16 kHz, pulled."""
+
+    device: Any
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Microphones(Protocol):
+    """The one-recording claim and the open microphone (recorder.Recorder)."""
+
+    portaudio: Any
+
+    @property
+    def active(self) -> Claim | None: ...
+
+    def claimed(self, tool: str, stop: Any = None) -> AbstractContextManager[Claim]: ...
+
+    def open(
+        self, find_device: Callable[[], Any] | None = None, *, stop: Any = None
+    ) -> AbstractContextManager[WindowSource]: ...
+
+
+class DeviceList(Protocol):
+    """Listing and resolving input devices (the devices module)."""
+
+    def list_inputs(self, *, rescan: bool = False) -> list[Any]: ...
+
+    def resolve(self, device: int | str | None, *, rescan: bool = False) -> Any: ...
+
+
+class Hearing(Protocol):
+    """whisper: finding and checking a model before listening, and transcribing."""
+
+    @property
+    def loaded_path(self) -> Path | None: ...
+
+    def resolve(self, name: str | None) -> Path: ...
+
+    def check_language(self, model_path: Path, language: str, translate: bool) -> None: ...
+
+    def transcribe(
+        self,
+        samples: Any,
+        model_path: Path,
+        language: str,
+        cancel: Any = None,
+        prompt: str = "",
+        translate: bool = False,
+    ) -> Any: ...
+
+    def detect(self, samples: Any, model_path: Path, cancel: Any = None) -> Any: ...
+
+    def preload(self, model_path: Path) -> None: ...
+
+
+class Asking(Protocol):
+    """The local model: checked before the microphone opens, then asked."""
+
+    def preflight(self, model: str) -> None: ...
+
+    def ask(self, text: str, model: str, prompt: str, cancel: Any) -> str: ...
+
+
+class Whisper:
+    """The resident whisper model (one per process, loaded on first use) and its pre-checks."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._transcriber: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded_path(self) -> Path | None:
+        return self._transcriber.loaded_path if self._transcriber is not None else None
+
+    def transcriber(self) -> Any:
+        with self._lock:
+            if self._transcriber is None:
+                from mcp_listen.whisper.transcriber import Transcriber
+
+                self._transcriber = Transcriber(threads=self.settings.whisper_threads)
+            return self._transcriber
+
+    def resolve(self, name: str | None) -> Path:
+        """Find and check the model before the microphone opens: nobody should speak in vain."""
+        from mcp_listen.whisper.admission import validate_model_file
+        from mcp_listen.whisper.names import resolve_model
+
+        path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
+        validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
+        return path
+
+    def check_language(self, model_path: Path, language: str, translate: bool) -> None:
+        """An English-only model cannot hear another language, detect one or translate: say so
+        before the microphone opens, naming the multilingual model to use instead."""
+        from mcp_listen.whisper.model_file import english_only_remedy
+
+        if language != "en" or translate:
+            remedy = english_only_remedy(model_path)
+            if remedy:
+                wants = "translation" if translate else ("language detection" if language == "auto" else language)
+                raise TranscriptionError(
+                    f"The whisper model {model_path.name} understands only English, so it cannot do {wants}. {remedy}",
+                    code="model_english_only",
+                )
+
+    def transcribe(
+        self,
+        samples: Any,
+        model_path: Path,
+        language: str,
+        cancel: Any = None,
+        prompt: str = "",
+        translate: bool = False,
+    ) -> Any:
+        """whisper's Words (text, language heard) for int16 samples."""
+        from mcp_listen.whisper.text import condition
+
+        options = dict(language=language, cancel=cancel, prompt=prompt, translate=translate)
+        return self.transcriber().hear(condition(samples), path=model_path, **options)
+
+    def detect(self, samples: Any, model_path: Path, cancel: Any = None) -> Any:
+        """whisper's Detected (language, probability) for the first seconds of int16 samples."""
+        from mcp_listen.whisper.text import condition
+
+        return self.transcriber().detect(condition(samples), path=model_path, cancel=cancel)
+
+    def preload(self, model_path: Path) -> None:
+        """Load the model in the background while the user is still talking, not after."""
+        transcriber = self.transcriber()
+        threading.Thread(target=quietly, args=(transcriber.load, model_path), daemon=True).start()
+
+
+class Ollama:
+    """Questions to the local Ollama daemon named by the settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def preflight(self, model: str) -> None:
+        """Fail before recording when Ollama is down or lacks `model` (bounded, cached briefly);
+        meanwhile ready the HTTP client: on a first call it costs ~0.2 s after the user stops."""
+        from mcp_listen.ollama import client as llm
+
+        threading.Thread(target=quietly, args=(llm.warm_up,), daemon=True).start()
+        llm.preflight(self.settings.ollama_host, model)
+
+    def ask(self, text: str, model: str, prompt: str, cancel: Any) -> str:
+        from mcp_listen.ollama import client as llm
+
+        settings = self.settings
+        return llm.ask(
+            text=text,
+            model=model,
+            system_prompt=prompt,
+            host=settings.ollama_host,
+            timeout_s=settings.ollama_timeout_s,
+            cancel=cancel,
+        )
+
+
+def quietly(fn: Callable[..., Any], *args: Any) -> None:
+    """Background warm-up: a failure here is reported by the real call, which retries."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        log.debug("background model load failed: %s", type(exc).__name__)

@@ -1,0 +1,247 @@
+"""The MCP adapter: the only module that imports `mcp`.
+
+It declares the tools, validates arguments (contracts.py), hands the blocking work
+to a worker thread (pipeline.Engine), bridges cancellation and progress, and turns
+results and ListenErrors into CallToolResults: a success is structured content plus
+one text block holding the same JSON; an error is two text blocks (see error_result).
+It decides nothing about audio.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.shared.dispatcher import coerce_request_id
+
+from mcp_listen import package_version
+from mcp_listen.contract import models as contracts
+from mcp_listen.contract.results import Tools, wire
+from mcp_listen.errors import Cancelled, ListenError
+from mcp_listen.server.calls import Call, InFlight
+from mcp_listen.server.ledger import Ledger, LedgerReads, LedgerWrites, MessageKinds
+
+__all__ = ["Call", "InFlight", "Ledger", "build_server", "error_result", "serve_stdio"]
+
+log = logging.getLogger(__name__)
+
+READ_ONLY = types.ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+ACTS = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+INSTRUCTIONS = (
+    "mcp-listen gives you the user's microphone on this machine. Use transcribe_voice to hear what the user "
+    "says (ask them to speak first), capture_audio to get a WAV file, voice_query to have a local Ollama model "
+    "answer the spoken question. Only one recording runs at a time; get_status shows it. An error result's "
+    "first text says what went wrong and what to do; its second is JSON whose error.code is stable."
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    args: type[contracts._Args]
+    result: type[contracts._Result]
+    annotations: types.ToolAnnotations
+    run: Callable[[Tools, Any, Call], Awaitable[dict[str, Any]]]
+    text: Callable[[dict[str, Any]], Any] = lambda payload: payload
+
+    def as_tool(self, defaults: contracts.Defaults) -> types.Tool:
+        """The listed tool; its description and schema state the effective defaults."""
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description.format_map(defaults.words()),
+            input_schema=contracts.input_schema(self.args, defaults),
+            output_schema=contracts.output_schema(self.result),
+            annotations=self.annotations,
+        )
+
+
+async def _list_devices(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    return wire(await call.in_thread(engine.list_devices))
+
+
+async def _capture(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    return wire(await call.in_thread(lambda: engine.capture(args, stop=call.stop, progress=call.progress)))
+
+
+async def _transcribe(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    return wire(await call.in_thread(lambda: engine.transcribe_voice(args, stop=call.stop, progress=call.progress)))
+
+
+async def _voice_query(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    return wire(await call.in_thread(lambda: engine.voice_query(args, stop=call.stop, progress=call.progress)))
+
+
+async def _status(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    return wire(engine.status())
+
+
+TOOLS = [
+    ToolSpec(
+        name="list_audio_devices",
+        title="List microphones",
+        description=(
+            "List the microphones (audio input devices) on this machine. Each has an `index` and a stable "
+            "`id`; pass the id as `device` to capture_audio, transcribe_voice or voice_query to choose a "
+            "microphone (ids survive restarts, indexes change when devices come and go). `isDefault` marks "
+            "the one used when no device is given. Returns a JSON array; an empty array means no microphone."
+        ),
+        args=contracts.ListDevicesArgs,
+        result=contracts.DevicesResult,
+        annotations=READ_ONLY,
+        run=_list_devices,
+        text=lambda payload: payload["devices"],
+    ),
+    ToolSpec(
+        name="capture_audio",
+        title="Record audio to a WAV file",
+        description=(
+            "Record from the microphone and save a {sample_rate_khz} kHz mono 16-bit WAV file on this machine; "
+            "returns its "
+            "`path`, `duration_ms` and `size_bytes`. Records exactly duration_ms (default {capture_duration_ms}, max "
+            "{max_duration_ms}), or "
+            "with stop_on_silence: true until the speaker stops talking (duration_ms is then a maximum; the "
+            "result adds `stopped_by` — silence, ceiling or no_speech_timeout — and `speech_detected`). Tell "
+            "the user to speak before calling. For the user's words use transcribe_voice instead."
+        ),
+        args=contracts.CaptureArgs,
+        result=contracts.CaptureResult,
+        annotations=ACTS,
+        run=_capture,
+    ),
+    ToolSpec(
+        name="transcribe_voice",
+        title="Hear what the user says",
+        description=(
+            "Listen to the user and return their words as text, transcribed on this machine with whisper.cpp "
+            "(model {whisper_model}, language {language}; nothing leaves the machine). First ask the user to "
+            "speak, then call this: it records until they "
+            "stop talking (or exactly duration_ms with stop_on_silence: false) and returns `transcription`. "
+            "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
+            "unclear to transcribe; ask the user to repeat. No audio file is kept."
+        ),
+        args=contracts.TranscribeArgs,
+        result=contracts.TranscribeResult,
+        annotations=ACTS,
+        run=_transcribe,
+    ),
+    ToolSpec(
+        name="voice_query",
+        title="Ask a local model by voice",
+        description=(
+            "Record the user's spoken question, transcribe it on this machine (whisper.cpp), send it to the "
+            "local Ollama daemon (model {model} unless `model` is given) and return `transcription` and the "
+            "model's `response`. Ask the user to speak "
+            "first; recording stops when they stop talking. transcription and response are null when nobody "
+            "spoke (`speech_detected: false`) or the speech had no usable words (`speech_detected: true`): ask "
+            "the user to repeat. An error result names the failing stage (capture, transcription or llm) and "
+            "what to do, and keeps the transcription when only the llm stage failed. No audio file is kept."
+        ),
+        args=contracts.VoiceQueryArgs,
+        result=contracts.VoiceQueryResult,
+        annotations=ACTS,
+        run=_voice_query,
+    ),
+    ToolSpec(
+        name="get_status",
+        title="Microphone status",
+        description=(
+            "What the microphone is doing now: whether a recording is in progress, for which tool, for how "
+            "long and on which device, and which whisper model is loaded. Answers even during a recording."
+        ),
+        args=contracts.GetStatusArgs,
+        result=contracts.StatusResult,
+        annotations=READ_ONLY,
+        run=_status,
+    ),
+]
+
+
+def _text(value: Any) -> list[types.TextContent]:
+    return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False))]
+
+
+def error_result(exc: ListenError) -> types.CallToolResult:
+    """isError with two text blocks: "Error: <message>" for people and models, then the JSON
+    `{"error": {stage, code, message}, **extra}` for programs (branch on `error.code`).
+
+    No structuredContent: the TypeScript SDK 1.x client and MCP Inspector validate it against
+    the tool's outputSchema even when isError is true, and throw a schema complaint instead of
+    showing the error.
+    """
+    payload = {"error": exc.to_dict(), **exc.extra}
+    sentence = types.TextContent(type="text", text=f"Error: {exc.message}")
+    return types.CallToolResult(content=[sentence, *_text(payload)], is_error=True)
+
+
+def build_server(engine: Tools) -> Server:
+    """The MCP server with its five tools bound to `engine` (pipeline.Engine, or a fake in tests)."""
+    specs = {spec.name: spec for spec in TOOLS}
+    listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in TOOLS])
+    in_flight = InFlight(coerce_request_id)
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return listed
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        spec = specs.get(params.name)
+        if spec is None:
+            known = ", ".join(specs)
+            return error_result(ListenError(f"Unknown tool '{params.name}'. Tools: {known}.", code="unknown_tool"))
+        try:
+            engine.settings.check()  # a misconfigured server still serves, and says what to fix
+            args = contracts.parse_args(spec.args, params.arguments)
+            call = Call(ctx)
+            forget = in_flight.add(ctx, call)
+            try:
+                payload = await spec.run(engine, args, call)
+            finally:
+                forget()
+        except ListenError as exc:
+            if not isinstance(exc, Cancelled):
+                log.info("%s failed: %s", spec.name, exc.code)
+            return error_result(exc)
+        except Exception:
+            log.exception("%s failed unexpectedly", spec.name)
+            return error_result(ListenError("Internal error in mcp-listen; the server log (stderr) has details."))
+        return types.CallToolResult(content=_text(spec.text(payload)), structured_content=payload)
+
+    server = Server(
+        "mcp-listen",
+        version=package_version(),
+        title="mcp-listen",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, in_flight.cancelled)
+    return server
+
+
+async def serve_stdio(engine: Tools, stdin: Any = None) -> None:
+    """Serve over stdio; `stdin` (async iterable of lines) replaces the SDK's unbounded line reader."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(engine)
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        ledger = Ledger(on_eof=engine.shutdown.set, kinds=MESSAGE_KINDS)
+        reads, writes = LedgerReads(read_stream, ledger), LedgerWrites(write_stream, ledger)
+        await server.run(reads, writes, server.create_initialization_options())
+
+
+MESSAGE_KINDS = MessageKinds(
+    request=types.JSONRPCRequest,
+    notification=types.JSONRPCNotification,
+    response=types.JSONRPCResponse,
+    error=types.JSONRPCError,
+    invalid_params=types.INVALID_PARAMS,
+)
+"""What the stdin ledger (ledger.py, mcp-free) needs to tell the SDK's messages apart."""

@@ -1,0 +1,247 @@
+"""Stop-on-silence decisions from a stream of per-window speech probabilities.
+
+Pure logic (no audio, no numpy, no ONNX) so every stop rule can be tested with a
+list of numbers. The listening loop feeds one Silero probability per 32 ms window, and
+optionally the window's level in dBFS; the Endpointer answers "keep going" (None)
+or why to stop. Time is counted in audio windows, never wall-clock, so a loaded
+machine decides exactly as an idle one.
+
+Silero decides *whether* there was speech; the level only sharpens *when* it ended.
+Silero's probability stays high after the last loud sample (its recurrent state
+decays): a median 96 ms on espeak-ng speech, 118 ms (p90 309, up to 371 ms) on real
+voices, whose breath and room tails it still scores as speech; counting silence from
+the probability alone stops that much late. When a silence run starts, the windows just before it that were already
+quiet by level (20 dB under the loudest speech, or within 6 dB of the noise floor) are
+counted as silence too, at most `under_peak_decay_windows` (12) of them, or `decay_windows` (8)
+where they are quiet only by being near a loud room's floor: the stop then lands
+`silence_ms` after the speech really ended. In a noisy room the level also keeps the room
+from resuming speech: once a pause began, a window Silero scores as speech but no louder
+than the noise floor only continues the pause (a crowd's babble).
+
+The level also says when Silero need not run at all (`needs_vad`): in a quiet room, a window
+at the noise floor while nobody is speaking cannot be speech, and its probability could not
+change any decision. Skipped windows are fed as probability 0. Replayed on 88 clips (11
+sentences at 4 speech levels over -60 and -45 dBFS noise), the gate skipped 38 % of windows,
+missed no speech, and moved the stop by 0.35 windows on average (at most 2).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+
+from mcp_listen.audio.levels import SILENT_DB
+from mcp_listen.speech.endpoint_config import SILENCE_THRESHOLD, SPEECH_THRESHOLD, EndpointConfig
+
+__all__ = [
+    "CEILING",
+    "NO_SPEECH_TIMEOUT",
+    "SILENCE",
+    "SILENCE_THRESHOLD",
+    "SPEECH_THRESHOLD",
+    "EndpointConfig",
+    "Endpointer",
+]
+
+SILENCE = "silence"
+CEILING = "ceiling"
+NO_SPEECH_TIMEOUT = "no_speech_timeout"
+
+SPEECH_START = "speech_start"
+SILENCE_START = "silence_start"
+SPEECH_RESUME = "speech_resume"
+
+
+FLOOR_WINDOWS = 62
+"""Pre-speech windows (about 2 s) whose median level is the noise floor."""
+
+GATE_WINDOWS = 31
+"""Recent windows (about 1 s) whose quietest level is the floor the VAD gate compares against."""
+
+ROOM_WINDOWS = 8
+"""Windows of sound (not digital silence) under the silence threshold before the room's level is trusted."""
+
+
+class Endpointer:
+    """Feed one probability (and optionally a level) per window; `feed` returns None or the stop reason.
+
+    Not thread-safe: one Endpointer per recording, fed from one thread.
+    """
+
+    def __init__(self, config: EndpointConfig | None = None) -> None:
+        self.config = config or EndpointConfig()
+        self.windows = 0
+        """Windows fed so far."""
+        self.speech_detected = False
+        """True once onset evidence confirmed speech."""
+        self.speech_started_window: int | None = None
+        """Index of the first loud window of the run that confirmed speech."""
+        self.last_speech_window: int | None = None
+        """Index of the latest window >= speech_threshold since speech was confirmed."""
+        self.event: str | None = None
+        """What the last feed changed, for progress reports: speech_start, silence_start, speech_resume or None."""
+        self.stop_reason: str | None = None
+        """The reason feed returned, once it returned one."""
+        self._recent_loud: deque[int] = deque()
+        self._silence_run = 0
+        self._peak_db = SILENT_DB
+        self._floor_levels: deque[float] = deque(maxlen=FLOOR_WINDOWS)
+        self._floor_db: float | None = None
+        self._quiet_run = 0
+        """Consecutive most recent windows that were quiet by level."""
+        self._under_peak_run = 0
+        """Consecutive most recent windows quiet by the peak rule alone (quiet_below_peak_db under the loudest)."""
+        self._recent_levels: deque[float] = deque(maxlen=GATE_WINDOWS)
+
+    @property
+    def elapsed_ms(self) -> float:
+        """Audio fed so far."""
+        return self.windows * self.config.window_ms
+
+    @property
+    def silence_ms(self) -> float:
+        """Length of the silence run currently counting toward a stop (0 when none)."""
+        return self._silence_run * self.config.window_ms
+
+    def feed(self, probability: float, level_db: float | None = None) -> str | None:
+        """Account for one more window; return "silence", "ceiling", "no_speech_timeout" or None.
+
+        `level_db` is the window's mean power in dBFS; without it the stop is timed by the
+        probability alone (Silero's decay included).
+        """
+        if self.stop_reason is not None:
+            raise RuntimeError("This Endpointer already stopped; start a new one for the next recording.")
+        if not (0.0 <= probability <= 1.0):
+            raise ValueError(f"probability must be within [0, 1], got {probability!r}.")
+        if level_db is not None and not level_db <= 0.0:  # also rejects NaN
+            raise ValueError(f"level_db must be <= 0 dBFS, got {level_db!r}.")
+        index = self.windows
+        self.windows += 1
+        self.event = None
+        level = None if level_db is None else max(level_db, SILENT_DB)
+        if self.speech_detected:
+            self._track_silence(index, probability, level)
+        else:
+            self._track_onset(index, probability, level)
+        if level is not None:
+            self._track_level(probability, level)
+        self.stop_reason = self._stop_reason()
+        return self.stop_reason
+
+    def needs_vad(self, level_db: float) -> bool:
+        """Whether the next window (of this level) must go through Silero; if not, feed it probability 0.
+
+        Skipped: a window within gate_margin_db of the quietest of the last ~1 s, in a room quieter
+        than gate_quiet_room_db, while no speech is under way (none confirmed and no loud window
+        pending, or a silence run of gate_after_silence_windows already). Anything louder, any
+        onset in progress, and the first windows of a recording always run.
+        """
+        config = self.config
+        recent = self._recent_levels
+        if len(recent) < config.gate_after_silence_windows:
+            return True
+        floor = min(recent)
+        if floor > config.gate_quiet_room_db or max(level_db, SILENT_DB) > floor + config.gate_margin_db:
+            return True
+        if self.speech_detected:
+            return self._silence_run < config.gate_after_silence_windows
+        return bool(self._recent_loud)
+
+    def _track_level(self, probability: float, level_db: float) -> None:
+        """Noise floor before speech (windows under the silence threshold), loudest speech window,
+        and the run of quiet windows."""
+        config = self.config
+        self._recent_levels.append(level_db)
+        if probability >= config.speech_threshold:
+            self._peak_db = max(self._peak_db, level_db)
+        if not self.speech_detected:
+            if probability < config.silence_threshold:
+                self._floor_levels.append(level_db)
+            return
+        if self._floor_db is None:  # frozen at onset: speech must not raise it
+            self._floor_db = self._floor_at_onset()
+        under_peak = level_db < self._peak_db - config.quiet_below_peak_db
+        quiet = under_peak or level_db < self._floor_db + config.room_margin_db
+        self._quiet_run = self._quiet_run + 1 if quiet else 0
+        self._under_peak_run = self._under_peak_run + 1 if under_peak else 0
+
+    def _track_onset(self, index: int, probability: float, level: float | None) -> None:
+        """Confirm speech once enough loud windows fall within the onset span.
+
+        A window Silero scores as speech counts only if it is louder than the room (onset_above_room_db
+        over its level): a crowd's babble has stray speech-like windows, at the room's own level."""
+        config = self.config
+        recent = self._recent_loud
+        if probability >= config.speech_threshold and not self._below_onset(level):
+            recent.append(index)
+        while recent and recent[0] <= index - config.onset_span_windows:
+            recent.popleft()
+        if len(recent) >= config.onset_windows:
+            self.speech_detected = True
+            self.speech_started_window = recent[0]
+            self.last_speech_window = index
+            self.event = SPEECH_START
+            recent.clear()
+
+    def _track_silence(self, index: int, probability: float, level: float | None) -> None:
+        """Hysteresis: below silence_threshold counts, speech resets, in-between only continues.
+
+        In a pause, a speech window at the room's own level (babble) only continues the run."""
+        config = self.config
+        if probability >= config.speech_threshold and not (self._silence_run and self._at_floor(level)):
+            if self._silence_run:
+                self.event = SPEECH_RESUME
+            self._silence_run = 0
+            self.last_speech_window = index
+        elif probability < config.silence_threshold:
+            if not self._silence_run:
+                self.event = SILENCE_START
+                self._silence_run = self._decay_credit()
+            self._silence_run += 1
+        elif self._silence_run:
+            self._silence_run += 1
+
+    def _decay_credit(self) -> int:
+        """How many windows just before a silence run count as silence: Silero's decay, heard as
+        quiet by level. Quiet near a loud room's floor may still be the last soft syllable, so it
+        earns less credit than quiet far under the speaker's loudest window."""
+        config = self.config
+        return max(
+            min(self._quiet_run, config.decay_windows), min(self._under_peak_run, config.under_peak_decay_windows)
+        )
+
+    def _room_db(self) -> float | None:
+        """The room's level before speech: the median of the windows under the silence threshold,
+        once ROOM_WINDOWS of them were sound (digital silence, as a virtual microphone delivers
+        before the room, is not the room; and at the very start of a recording the few windows
+        Silero has not yet scored high may be the first word). None until then."""
+        heard = [level for level in self._floor_levels if level > SILENT_DB]
+        return median(heard) if len(heard) >= ROOM_WINDOWS else None
+
+    def _below_onset(self, level: float | None) -> bool:
+        """Whether a window is too close to the room's level to be onset evidence."""
+        room = self._room_db() if level is not None else None
+        return room is not None and level < room + self.config.onset_above_room_db
+
+    def _floor_at_onset(self) -> float:
+        """The room's level if known, else the median of what was heard (digital silence included)."""
+        room = self._room_db()
+        if room is not None:
+            return room
+        return median(self._floor_levels) if self._floor_levels else SILENT_DB
+
+    def _at_floor(self, level: float | None) -> bool:
+        """Whether a window in a pause is no louder than the room: under the quietest window of the
+        last second (the pause itself, so speech heard before cannot inflate it) + resume_above_quiet_db."""
+        recent = self._recent_levels
+        return level is not None and len(recent) > 0 and level < min(recent) + self.config.resume_above_quiet_db
+
+    def _stop_reason(self) -> str | None:
+        config = self.config
+        if self.speech_detected and self._silence_run * config.window_ms >= config.silence_ms:
+            return SILENCE
+        if self.elapsed_ms >= config.max_ms:
+            return CEILING
+        if not self.speech_detected and self.elapsed_ms >= config.no_speech_timeout_ms:
+            return NO_SPEECH_TIMEOUT
+        return None

@@ -1,0 +1,293 @@
+"""Listening to one utterance: VAD, endpointer, phrase cutting, pre-roll, speculation, progress.
+
+The engine owns the microphone and the recording; this module owns what is decided per
+32 ms window while it runs. Its collaborators (the VAD, the endpointer, the phrase worker)
+are small protocols with the real parts as defaults, so the logic runs on numpy arrays with
+a fake VAD (tests/test_listening_unit.py). numpy is imported on first use only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+from mcp_listen.contract.models import (
+    CAPTURE_DURATION_MS,
+    LISTEN_DURATION_MS,
+    NO_SPEECH_TIMEOUT_MS,
+    SAMPLE_RATE,
+    WINDOW_MS,
+    CaptureArgs,
+    Defaults,
+    TranscribeArgs,
+)
+from mcp_listen.contract.models import (
+    WINDOW_SAMPLES as WINDOW,
+)
+from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
+from mcp_listen.speech.phrases import PhraseCutter
+from mcp_listen.speech.vad import shared_vad
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mcp_listen.audio.microphone import Recording  # the type only: speech uses only audio.levels
+
+Progress = Callable[[float, Optional[float], str], None]
+"""progress(done, total or None, message): called from the worker thread at meaningful moments."""
+
+Meter = Callable[[Any, bool], None]
+"""meter(window, speaking): the CLI's level display."""
+
+TRAILING_KEEP_MS = 300
+"""Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
+
+LANGUAGE_AFTER_MS = (2000, 4000)
+"""Speech heard (from the onset) when the language is detected for `auto`: early enough that a
+short utterance is not left to pay for detection after the stop, again later when unsure."""
+
+
+class VoiceDetector(Protocol):
+    """What the listener needs of a VAD (vad.SileroVAD by default)."""
+
+    def reset(self) -> None: ...
+
+    def hear(self, window: Any, needs_vad: Callable[[float], bool] | None = None) -> tuple[float, float]: ...
+
+
+class EndpointDecider(Protocol):
+    """What the listener needs of an endpointer (endpoint.Endpointer by default)."""
+
+    speech_detected: bool
+    event: str | None
+    speech_started_window: int | None
+    last_speech_window: int | None
+
+    @property
+    def silence_ms(self) -> float: ...
+
+    def needs_vad(self, level_db: float) -> bool: ...
+
+    def feed(self, probability: float, level_db: float | None = None) -> str | None: ...
+
+
+class PhraseSink(Protocol):
+    """What the listener hands finished phrases and guesses to (phrases.PhraseWorker)."""
+
+    def submit(self, audio: Any) -> None: ...
+
+    def speculate(self, audio: Any, key: tuple[int, int]) -> None: ...
+
+    def detect(self, audio: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one recording will do, resolved from a tool's arguments and its defaults."""
+
+    max_ms: int
+    stop_on_silence: bool
+    silence_ms: int
+    device: int | str | None
+
+    @property
+    def max_frames(self) -> int:
+        return self.max_ms * SAMPLE_RATE // 1000
+
+    @classmethod
+    def from_args(cls, args: CaptureArgs | TranscribeArgs, defaults: Defaults, *, stop_default: bool) -> Plan:
+        stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
+        default_ms = LISTEN_DURATION_MS if stop and stop_default else CAPTURE_DURATION_MS
+        return cls(
+            max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
+            stop_on_silence=stop,
+            silence_ms=args.silence_ms if args.silence_ms is not None else defaults.silence_ms,
+            device=args.device,
+        )
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A finished recording and what the endpointer learned about it."""
+
+    recording: Recording
+    speech_detected: bool | None
+    speech_end_frame: int | None
+    """Sample just after the last speech window (None without VAD)."""
+    phrase_start_frame: int = 0
+    """Where the speech not yet handed to the phrase worker begins."""
+
+    @property
+    def duration_ms(self) -> int:
+        return len(self.recording.samples) * 1000 // SAMPLE_RATE
+
+    def remaining_key(self) -> tuple[int, int] | None:
+        """(first, end) sample of the audio whisper still has to hear, None when there is none.
+
+        From the last phrase cut to shortly after the speech: trailing silence is left out (it
+        only costs time); the WAV itself is never changed.
+        """
+        end = len(self.recording.samples)
+        if self.speech_end_frame is not None:
+            if self.speech_end_frame <= self.phrase_start_frame:
+                return None  # the last word is in a phrase already cut: only silence is left
+            end = min(end, speech_tail_end(self.speech_end_frame))
+        if end <= self.phrase_start_frame:
+            return None
+        return self.phrase_start_frame, end
+
+    def remaining_speech(self) -> np.ndarray | None:
+        key = self.remaining_key()
+        return None if key is None else self.recording.samples[key[0] : key[1]]
+
+
+def speech_tail_end(speech_end_frame: int) -> int:
+    """Where the audio fed to whisper ends: the last speech window plus the word's tail."""
+    return speech_end_frame + TRAILING_KEEP_MS * SAMPLE_RATE // 1000
+
+
+def endpoint_config(plan: Plan) -> EndpointConfig:
+    """Stop on silence, or (fixed length, voice tools) only watch for speech and never stop."""
+    if plan.stop_on_silence:
+        return EndpointConfig(silence_ms=plan.silence_ms, max_ms=plan.max_ms, no_speech_timeout_ms=NO_SPEECH_TIMEOUT_MS)
+    never = 10**9
+    return EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never)
+
+
+class Listener:
+    """Per-window bookkeeping: VAD + endpointer when stopping on silence, progress, level meter.
+
+    `on_window` takes each window the engine pulls: it returns a stop reason or None. With a phrase
+    worker, finished phrases are cut and handed over while the speaker goes on, and what was
+    said since the last cut is transcribed speculatively as soon as they pause.
+    """
+
+    PERIOD_WINDOWS = 31
+    """About one progress tick per second of audio (31 x 32 ms)."""
+
+    PRE_ROLL_WINDOWS = 31
+    """Audio kept before confirmed speech (about 1 s): soft first syllables come before the onset."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        progress: Progress | None,
+        meter: Meter | None,
+        phrases: PhraseSink | None = None,
+        on_speech: Callable[[], None] | None = None,
+        *,
+        vad: VoiceDetector | None = None,
+        endpointer: EndpointDecider | None = None,
+    ) -> None:
+        self.plan = plan
+        self.on_speech = on_speech
+        self.progress = progress
+        self.meter = meter
+        self.phrases = phrases
+        self.windows = 0
+        self.speech_detected: bool | None = None
+        self.speech_end_frame: int | None = None
+        self.phrase_start_frame = 0
+        self._kept: list[Any] = []
+        self._speculated: tuple[int, int] | None = None
+        self._cutter = PhraseCutter() if phrases is not None else None
+        self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
+        """Windows after the onset at which the language is detected."""
+        self.vad: VoiceDetector | None = None
+        self.endpointer: EndpointDecider | None = None
+        if plan.stop_on_silence or phrases is not None:
+            self.vad = vad if vad is not None else shared_vad()
+            self.vad.reset()
+            self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
+            self.speech_detected = False
+
+    def on_window(self, window: np.ndarray) -> str | None:
+        self.windows += 1
+        reason = None
+        speaking = False
+        if self.endpointer is not None:
+            probability, level = self.vad.hear(window, self.endpointer.needs_vad)
+            reason = self.endpointer.feed(probability, level)
+            speaking = self.endpointer.speech_detected and probability >= SPEECH_THRESHOLD
+            self._note_events()
+            if self._cutter is not None:
+                self._keep(window, probability)
+                self._detect_language()
+        if self.meter is not None:
+            self.meter(window, speaking)
+        if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
+            self.progress(self.elapsed_ms, self.plan.max_ms, "Listening")
+        return reason
+
+    @property
+    def elapsed_ms(self) -> int:
+        return self.windows * WINDOW * 1000 // SAMPLE_RATE
+
+    def _note_events(self) -> None:
+        event = self.endpointer.event
+        if event == "speech_start":
+            self.speech_detected = True
+            start = max(0, self.endpointer.speech_started_window - self.PRE_ROLL_WINDOWS)
+            self.phrase_start_frame = start * WINDOW
+            if self._cutter is not None:
+                self._cutter.start_window = start
+            if self.on_speech is not None:
+                self.on_speech()
+            if self.progress:
+                self.progress(self.elapsed_ms, self.plan.max_ms, "Speech detected")
+        elif event == "silence_start" and self.progress:
+            self.progress(self.elapsed_ms, self.plan.max_ms, "Silence detected")
+        last = self.endpointer.last_speech_window
+        if last is not None:
+            self.speech_end_frame = (last + 1) * WINDOW
+
+    def _keep(self, window: np.ndarray, probability: float) -> None:
+        """Keep the audio for phrase cuts; hand each finished phrase to the worker, and what
+        was said since the last cut as soon as the speaker pauses (it may be the end)."""
+        self._kept.append(window.copy())
+        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability)
+        if cut is not None:
+            start, end = cut
+            self.phrases.submit(self._audio(start * WINDOW, end * WINDOW))
+            self.phrase_start_frame = end * WINDOW
+        self._speculate()
+
+    def _detect_language(self) -> None:
+        """At set lengths of speech, hand what was said so far to learn the language from."""
+        onset = self.endpointer.speech_started_window
+        if onset is None or not self.speech_detected:
+            return
+        if self.windows - onset in self._language_marks:
+            start = max(0, onset - self.PRE_ROLL_WINDOWS) * WINDOW
+            self.phrases.detect(self._audio(start, self.windows * WINDOW))
+
+    def _speculate(self) -> None:
+        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end.
+
+        The key is the span `Heard.remaining_key` will give if the stop comes before more speech;
+        speech that resumes moves the span, and the next pause replaces the guess.
+        """
+        end = self.speech_end_frame
+        if end is None or self.endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
+            return
+        key = (self.phrase_start_frame, speech_tail_end(end))
+        if key != self._speculated and len(self._kept) * WINDOW >= key[1]:
+            self._speculated = key
+            self.phrases.speculate(self._audio(*key), key)
+
+    def _audio(self, first: int, end: int) -> np.ndarray:
+        """Samples [first, end) of the recording so far, from the kept windows."""
+        import numpy as np
+
+        windows = self._kept[first // WINDOW : -(-end // WINDOW)]
+        offset = first - (first // WINDOW) * WINDOW
+        return np.concatenate(windows)[offset : offset + end - first]
+
+    def finished(self, recording: Recording) -> Heard:
+        """Report the end and return what was heard."""
+        if self.progress:
+            seconds = len(recording.samples) / SAMPLE_RATE
+            message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
+            self.progress(self.elapsed_ms, self.plan.max_ms, message)
+        return Heard(recording, self.speech_detected, self.speech_end_frame, self.phrase_start_frame)

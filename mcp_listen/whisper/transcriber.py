@@ -1,0 +1,302 @@
+"""whisper.cpp transcription: load the model once, transcribe, stop cleanly at exit.
+
+whisper.cpp does not fail cleanly on a bad file (a null context segfaults at the first
+transcription; files it half-accepts abort the whole process), and `whisper_model` is caller
+input. So before whisper.cpp sees a file it is opened only as a regular file (model_file.py),
+walked as this build's loader reads it (ggml.py, model_check.py), checked against the memory
+available (model_memory.py) and test-loaded in a probe process (model_probe.py); all of them
+and the load read the one open descriptor. While loading we still listen to whisper.cpp's log
+for "failed to load model". At exit a hook aborts a running transcription and waits for it:
+whisper.cpp segfaults if the interpreter tears down while a thread is inside whisper.cpp.
+pywhispercpp and numpy are imported on first use: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mcp_listen.contract.models import SAMPLE_RATE
+from mcp_listen.errors import Cancelled, TranscriptionError, command
+from mcp_listen.whisper import admission as model_check
+from mcp_listen.whisper import ggml
+from mcp_listen.whisper import probe as model_probe
+from mcp_listen.whisper.context import Detected, WhisperContext
+from mcp_listen.whisper.memory import _check_memory, _instances
+from mcp_listen.whisper.model_file import ModelKey, _ModelFile, _opened
+from mcp_listen.whisper.names import short_name
+from mcp_listen.whisper.probe import _exiting, _probe_settled, _whisper_module
+from mcp_listen.whisper.text import (
+    MIN_SAMPLES,
+    _as_float32,
+    _collapse_repeat,
+    _drop_repeats,
+    _pad_to_whisper_minimum,
+    audio_ctx_for,
+    max_tokens_for,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+log = logging.getLogger(__name__)
+_log_capture_lock = threading.Lock()
+_exit_hook_installed = False
+
+
+@contextmanager
+def _whisper_log(pw: Any) -> Iterator[list[tuple[int, str]]]:
+    """Collect whisper.cpp's log lines (its only failure signal) instead of letting them hit stderr.
+
+    The callback is removed again afterwards: a Python callback still installed while the
+    interpreter shuts down aborts the process.
+    """
+    lines: list[tuple[int, str]] = []
+    setter = getattr(pw, "whisper_log_set", None)
+    with _log_capture_lock:
+        if setter is not None:
+            setter(lambda level, text: lines.append((int(level), str(text))))
+        try:
+            yield lines
+        finally:
+            if setter is not None:
+                setter(None)
+
+
+def _failures(lines: list[tuple[int, str]]) -> list[str]:
+    """whisper.cpp error lines meaning the call failed (ggml level 4 = error)."""
+    return [text.strip() for level, text in lines if level >= 4 and "fail" in text.lower()]
+
+
+class Transcriber:
+    """One resident whisper.cpp model per process, shared by every call.
+
+    `load` may run in a background thread while the user is still speaking; a `transcribe`
+    arriving meanwhile waits on the same lock, so the model is loaded once.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = max(1, int(threads))
+        self._lock = threading.RLock()
+        self._model: Any = None
+        self._key: ModelKey | None = None
+        self._needs: ggml.Needs | None = None
+        self._path: Path | None = None
+        self._multilingual = False
+        _instances.add(self)
+        _install_exit_hook()
+
+    @property
+    def loaded_path(self) -> Path | None:
+        return self._path
+
+    def load(self, path: Path) -> None:
+        """Check, probe, then load `path` (no-op if already resident); releases any other model.
+
+        One open descriptor serves the checks, the probe and the load (see _ModelFile).
+        """
+        path = Path(path).expanduser()
+        with self._lock, _opened(path) as mf:
+            if self._model is not None and self._key == mf.key:
+                self._path = path  # the same file (device, inode, size, mtime), perhaps by another name
+                return
+            model = model_check._walk(mf)  # module attributes: the tests' bypass patches them
+            _probe_settled(mf.key)  # a probe started ahead holds memory the check below must not miss
+            _check_memory(mf, model, self.threads)
+            pw = _whisper_module()  # before the probe: its headroom is measured with whisper.cpp mapped
+            self.unload()
+            model_probe._probe(mf)
+            self._model, self._multilingual = _load_model(pw, mf, self.threads)
+            self._key, self._path = mf.key, path
+            self._needs = ggml.memory_needed(model, self.threads)
+
+    def unload(self) -> None:
+        """Free the resident model's memory."""
+        with self._lock:
+            self._model, self._key, self._path, self._needs = None, None, None, None
+
+    def transcribe(self, audio_float32: Any, *, path: Path, **options: Any) -> str:
+        """Whisper's raw text for 16 kHz mono float audio ("" for empty or < 125 ms audio)."""
+        return self.hear(audio_float32, path=path, **options).text
+
+    def hear(
+        self,
+        audio_float32: Any,
+        *,
+        path: Path,
+        language: str = "en",
+        cancel: Any = None,
+        prompt: str = "",
+        translate: bool = False,
+    ) -> Words:
+        """The text and the language whisper heard (`auto` is resolved to the detected code).
+
+        `prompt` is the text said just before (whisper continues it instead of starting a new
+        sentence); `translate` asks for English whatever was spoken. `cancel` (anything with
+        is_set()) aborts whisper.cpp between encoder/decoder steps and raises Cancelled.
+        """
+        import numpy as np
+
+        audio = np.ascontiguousarray(_as_float32(audio_float32), dtype=np.float32)
+        with self._lock:
+            self.load(path)
+            if audio.size < MIN_SAMPLES:  # whisper.cpp would keep the previous call's segments
+                return Words("", language)
+            words = self._run(_pad_to_whisper_minimum(audio), language, cancel, prompt, translate)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("The transcription was cancelled.")
+        return words
+
+    def detect(self, audio_float32: Any, *, path: Path, cancel: Any = None) -> Detected:
+        """The language spoken in the first `DETECT_MAX_SAMPLES` of the audio, with whisper's
+        probability for it (an English-only model hears only English)."""
+        import numpy as np
+
+        audio = np.ascontiguousarray(_as_float32(audio_float32)[:DETECT_MAX_SAMPLES], dtype=np.float32)
+        with self._lock:
+            self.load(path)
+            detected = self._detect(audio) if self._multilingual else Detected("en", 1.0)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("The transcription was cancelled.")
+        return detected
+
+    def _detect(self, audio: np.ndarray) -> Detected:
+        import _pywhispercpp as pw
+
+        padded = _pad_to_whisper_minimum(audio)
+        try:
+            with _whisper_log(pw):
+                return self._model.detect(padded, audio_ctx_for(padded.size), self.threads)
+        except Exception as exc:
+            raise TranscriptionError(
+                f"Language detection failed: {type(exc).__name__}: {exc}", code="transcription_failed"
+            ) from exc
+
+    def _run(self, audio: np.ndarray, language: str, cancel: Any, prompt: str, translate: bool) -> Words:
+        import _pywhispercpp as pw
+
+        lang = _language(pw, language, self._multilingual)
+        if lang == "auto":  # whisper_full's own detection would encode at a stale context (whisper_context.py)
+            lang = self._detect(audio[:DETECT_MAX_SAMPLES]).language
+        params = dict(
+            language=lang,
+            translate=translate and self._multilingual,
+            detect_language=False,  # True would only detect and return no text
+            no_context=True,
+            initial_prompt=prompt[-PROMPT_CHARS:],
+            single_segment=False,
+            n_threads=self.threads,
+            audio_ctx=audio_ctx_for(audio.size),
+            temperature_inc=0.2,  # whisper's fallback: without it tiny.en looped (WER 0.43 vs 0.12-0.15)...
+            max_tokens=max_tokens_for(audio.size),  # ...but bounded: a looping pass once ran for 50 s
+            greedy={"best_of": 1},  # a fallback pass with whisper's best_of=5 runs 5 decoders (+23 MB
+            # resident, measured); one sample per fallback temperature: the same WER on 64 test clips
+        )
+        try:
+            with _whisper_log(pw) as lines:
+                segments = self._model.transcribe(audio, _abort_check(cancel), **params)
+        except Exception as exc:
+            raise TranscriptionError(
+                f"Transcription failed: {type(exc).__name__}: {exc}", code="transcription_failed"
+            ) from exc
+        failed = _failures(lines)
+        if failed:
+            raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
+        text = " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
+        return Words(_collapse_repeat(text), lang)
+
+
+@dataclass(frozen=True)
+class Words:
+    """What whisper made of some audio."""
+
+    text: str
+    language: str
+    """The code whisper transcribed in: the detected one when it was asked for `auto`."""
+
+
+DETECT_MAX_SAMPLES = SAMPLE_RATE * 10
+"""Audio the language is detected on: its first 10 s. Whisper's detector reads one window of up
+to 30 s; encoding 10 s takes ~0.6 s with base on 2 cores, 30 s ~2 s."""
+
+PROMPT_CHARS = 600
+"""Text carried into the next phrase's prompt: whisper keeps at most 224 prompt tokens (~900
+characters of English); the last sentence or two is what decides how the next one begins."""
+
+
+def _abort_check(cancel: Any) -> Callable[[], bool]:
+    """whisper.cpp's abort callback: the process is exiting, or the call was cancelled."""
+    if cancel is None:
+        return _exiting.is_set
+    return lambda: _exiting.is_set() or cancel.is_set()
+
+
+def _language(pw: Any, language: str | None, multilingual: bool) -> str:
+    """whisper's code for `language`: "en-US" -> "en"; "auto" means "en" on an English-only model."""
+    lang = re.split(r"[-_]", (language or "en").strip().lower(), maxsplit=1)[0] or "en"
+    if lang == "auto":
+        return "auto" if multilingual else "en"
+    with _whisper_log(pw):
+        known = pw.whisper_lang_id(lang) >= 0
+    if not known:
+        raise TranscriptionError(
+            f'whisper does not know the language "{language}". Use a code such as en, de, fr, or auto.',
+            code="unsupported_language",
+        )
+    return lang
+
+
+def _load_model(pw: Any, mf: _ModelFile, threads: int) -> tuple[Any, bool]:
+    """Load a whisper.cpp context from the open file; whisper.cpp's log tells whether it is usable."""
+    name = mf.path.name
+    try:
+        with _whisper_log(pw) as lines:
+            model = WhisperContext(pw, mf.loader_path)
+            failed = _failures(lines) or ([] if mf.still_named() else ["the file changed while it was loading"])
+            if failed:
+                del model  # frees the (null) context while whisper.cpp's log is still captured
+    except Exception as exc:
+        raise TranscriptionError(
+            f"Cannot load whisper model {name}: {type(exc).__name__}: {exc}", code="model_load_failed"
+        ) from exc
+    if failed:
+        raise TranscriptionError(
+            f"Cannot load whisper model {name}: {failed[0]}. Re-download it with: "
+            f"{command('models', 'pull', short_name(name))}",
+            code="model_load_failed",
+        )
+    log.info("whisper model %s loaded (%d threads)", name, threads)
+    return model, bool(pw.whisper_is_multilingual(model.ctx))
+
+
+def _install_exit_hook() -> None:
+    global _exit_hook_installed
+    if not _exit_hook_installed:
+        _exit_hook_installed = True
+        atexit.register(_quiesce_at_exit)
+
+
+def _quiesce_at_exit() -> None:
+    """Stop whisper.cpp before the interpreter tears down.
+
+    Measured: a process exiting while a daemon thread is inside whisper_full segfaults
+    (the model is freed under it), and one exiting while our log callback is set
+    aborts. So at exit: abort the running transcription (whisper.cpp polls the abort callback),
+    wait briefly for it or a load to finish, keep the lock so nothing new starts, free the
+    model, and remove the log callback.
+    """
+    _exiting.set()
+    for tr in list(_instances):
+        if tr._lock.acquire(timeout=10):  # never released: the process is ending
+            tr._model = None
+    pw = sys.modules.get("_pywhispercpp")
+    if pw is not None and hasattr(pw, "whisper_log_set"):
+        pw.whisper_log_set(None)
