@@ -157,12 +157,12 @@ def _input_stream(sd: Any, device_index: int, rate: int, channels: int, callback
 
 
 def _is_rate_error(exc: Exception) -> bool:
-    args = getattr(exc, "args", ())
+    args: tuple[Any, ...] = getattr(exc, "args", ())
     return (len(args) > 1 and args[1] == PA_INVALID_SAMPLE_RATE) or "sample rate" in str(exc).lower()
 
 
 def _is_channel_error(exc: Exception) -> bool:
-    args = getattr(exc, "args", ())
+    args: tuple[Any, ...] = getattr(exc, "args", ())
     return (len(args) > 1 and args[1] == PA_INVALID_CHANNEL_COUNT) or "channels" in str(exc).lower()
 
 

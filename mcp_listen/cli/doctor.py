@@ -98,10 +98,10 @@ def check_whisper_model(settings: Settings, name: str | None) -> Check:
         path = resolve_model(wanted, settings.model_search_dirs)
         validate_model_file(path)
     except TranscriptionError as exc:
-        data = {"wanted": wanted, "code": exc.code, "search_dirs": dirs}
-        return Check("whisper_model", title, FAIL, exc.message, _whisper_remedy(settings, wanted, exc.code), data)
+        failed = {"wanted": wanted, "code": exc.code, "search_dirs": dirs}
+        return Check("whisper_model", title, FAIL, exc.message, _whisper_remedy(settings, wanted, exc.code), failed)
     size = path.stat().st_size
-    data = {"wanted": wanted, "path": str(path), "size_bytes": size, "search_dirs": dirs}
+    data: dict[str, Any] = {"wanted": wanted, "path": str(path), "size_bytes": size, "search_dirs": dirs}
     return Check("whisper_model", title, OK, f"{path} ({size / 1e6:.0f} MB)", data=data)
 
 

@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from mcp_listen import package_version
 from mcp_listen.contract import limits
@@ -21,7 +21,7 @@ log = logging.getLogger("mcp_listen")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors exit 64, not argparse's 2
+    def error(self, message: str) -> NoReturn:  # usage errors exit 64, not argparse's 2
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 

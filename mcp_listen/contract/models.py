@@ -73,27 +73,27 @@ def _language(value: str) -> str:
     return languages.normalize(value)
 
 
-def _whole(low: int, high: int | None = None) -> Any:
-    """A strict integer in [low, high]; the constraint sits first so the schema says minimum/maximum."""
-    return Annotated[int, Field(strict=True, ge=low, le=high), BeforeValidator(_integral_float_to_int)]
-
-
 def _no_control_characters(value: str) -> str:
     if has_control_characters(value):
         raise ValueError("control characters")
     return value
 
 
-def _name(max_length: int) -> Any:
-    """An optional name of 1..max_length characters without control characters, where an empty
-    string means the default."""
-    bounded = Annotated[StrictStr, Field(min_length=1, max_length=max_length), AfterValidator(_no_control_characters)]
-    return Annotated[Optional[bounded], BeforeValidator(_empty_is_default)]
-
-
-DurationMs = _whole(MIN_DURATION_MS, MAX_DURATION_MS)
-SilenceMs = _whole(MIN_SILENCE_MS, MAX_SILENCE_MS)
-DeviceRef = Union[_whole(0), Annotated[StrictStr, Field(min_length=1, max_length=MAX_DEVICE_CHARS)]]
+_WHOLE = BeforeValidator(_integral_float_to_int)
+"""Strict integers whose constraint sits first, so the schema says minimum/maximum."""
+DurationMs = Annotated[int, Field(strict=True, ge=MIN_DURATION_MS, le=MAX_DURATION_MS), _WHOLE]
+SilenceMs = Annotated[int, Field(strict=True, ge=MIN_SILENCE_MS, le=MAX_SILENCE_MS), _WHOLE]
+DeviceIndex = Annotated[int, Field(strict=True, ge=0), _WHOLE]
+DeviceRef = Union[DeviceIndex, Annotated[StrictStr, Field(min_length=1, max_length=MAX_DEVICE_CHARS)]]
+_NAME = AfterValidator(_no_control_characters)
+_DEFAULT_IF_EMPTY = BeforeValidator(_empty_is_default)
+WhisperModelName = Annotated[
+    Optional[Annotated[StrictStr, Field(min_length=1, max_length=MAX_WHISPER_MODEL_CHARS), _NAME]], _DEFAULT_IF_EMPTY
+]
+"""An optional name of 1..max characters without control characters; an empty string means the default."""
+LLMModelName = Annotated[
+    Optional[Annotated[StrictStr, Field(min_length=1, max_length=MAX_LLM_MODEL_CHARS), _NAME]], _DEFAULT_IF_EMPTY
+]
 Language = Annotated[
     Optional[Annotated[StrictStr, Field(min_length=1, max_length=32), AfterValidator(_language)]],
     BeforeValidator(_empty_is_default),
@@ -148,7 +148,7 @@ class TranscribeArgs(_Args):
         description="Stop when the speaker stops talking (default true). Pass false to record exactly duration_ms.",
     )
     silence_ms: Optional[SilenceMs] = _SILENCE
-    whisper_model: _name(MAX_WHISPER_MODEL_CHARS) = Field(
+    whisper_model: WhisperModelName = Field(
         default=None,
         description="Whisper GGML model: file name, name such as base.en, or path. Default {whisper_model}.",
     )
@@ -165,7 +165,7 @@ class TranscribeArgs(_Args):
 
 
 class VoiceQueryArgs(TranscribeArgs):
-    model: _name(MAX_LLM_MODEL_CHARS) = Field(default=None, description="Ollama model name. Default {model}.")
+    model: LLMModelName = Field(default=None, description="Ollama model name. Default {model}.")
     prompt: Optional[Annotated[StrictStr, Field(max_length=MAX_PROMPT_CHARS)]] = Field(
         default=None,
         description='System prompt for the model (up to {max_prompt_chars} characters). Default "{prompt}"',

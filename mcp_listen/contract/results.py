@@ -98,7 +98,9 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status) -> dict[s
     if isinstance(result, Captured):
         return _captured(result)
     if isinstance(result, Transcribed):
-        fields = dict(transcription=result.text, stopped_by=result.stopped_by, duration_ms=result.duration_ms)
+        fields: dict[str, Any] = dict(
+            transcription=result.text, stopped_by=result.stopped_by, duration_ms=result.duration_ms
+        )
         fields["language"] = result.language
         if result.text is None:
             fields.update(_silence(result))

@@ -21,7 +21,7 @@ from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, TranscribeArgs, VoiceQueryArgs
 from mcp_listen.contract.results import Answered, Captured, Devices, Status, Transcribed
 from mcp_listen.engine import memory
-from mcp_listen.engine.parts import Asking, DeviceList, Hearing, Microphones, Ollama, Whisper
+from mcp_listen.engine.parts import Asking, Cancel, DeviceList, Hearing, Microphones, Ollama, Whisper
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
@@ -219,8 +219,10 @@ class Engine:
         stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
         return Transcribed(text, heard.duration_ms, worker.language, bool(heard.speech_detected), stopped_by)
 
-    def transcribe_voice(self, args: TranscribeArgs, **kw: Any) -> Transcribed:
-        return self.hear_words(args, "transcribe_voice", **kw)
+    def transcribe_voice(
+        self, args: TranscribeArgs, *, stop: threading.Event | None = None, progress: Progress | None = None
+    ) -> Transcribed:
+        return self.hear_words(args, "transcribe_voice", stop=stop, progress=progress)
 
     # ------------------------------------------------------------------ voice_query
 
@@ -244,7 +246,7 @@ class Engine:
         prompt = args.prompt or self.settings.defaults.prompt
         return Answered(heard, model, self.ask(heard.text, model, prompt, _linked(stop, self.shutdown)))
 
-    def ask(self, text: str, model: str, prompt: str, stop: Any) -> str:
+    def ask(self, text: str, model: str, prompt: str, stop: Cancel) -> str:
         try:
             return self.llm.ask(text, model, prompt, stop)
         except LLMError as exc:  # the Node shape of outcome 5, for every LLM failure: nothing said is lost
@@ -252,7 +254,7 @@ class Engine:
             raise
 
 
-def _linked(stop: threading.Event | None, shutdown: threading.Event) -> Any:
+def _linked(stop: threading.Event | None, shutdown: threading.Event) -> _AnyEvent:
     """One event that is set when either the call is cancelled or the process shuts down."""
     return _AnyEvent(stop, shutdown)
 
@@ -260,7 +262,7 @@ def _linked(stop: threading.Event | None, shutdown: threading.Event) -> Any:
 class _AnyEvent:
     """Quacks like threading.Event for `is_set`, true when any of the given events is set."""
 
-    def __init__(self, *events: Any) -> None:
+    def __init__(self, *events: Cancel | None) -> None:
         self._events = [e for e in events if e is not None]
 
     def is_set(self) -> bool:

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class Cancel(Protocol):
+    """What every blocking step polls to stop early: a threading.Event, or several linked."""
+
+    def is_set(self) -> bool: ...
+
+
 class WindowSource(Protocol):
     """An open microphone (recorder.Microphone): 512-sample int16 windows at 16 kHz, pulled."""
 
@@ -85,7 +91,7 @@ class Asking(Protocol):
 
     def preflight(self, model: str) -> None: ...
 
-    def ask(self, text: str, model: str, prompt: str, cancel: Any) -> str: ...
+    def ask(self, text: str, model: str, prompt: str, cancel: Cancel) -> str: ...
 
 
 class Whisper:

@@ -165,7 +165,7 @@ TOOLS = [
 ]
 
 
-def _text(value: Any) -> list[types.TextContent]:
+def _text(value: Any) -> list[types.ContentBlock]:
     return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False))]
 
 

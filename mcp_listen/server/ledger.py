@@ -21,10 +21,10 @@ log = logging.getLogger(__name__)
 class MessageKinds:
     """The SDK's JSON-RPC message classes, and its invalid-params error code."""
 
-    request: type
-    notification: type
-    response: type
-    error: type
+    request: Any
+    notification: Any
+    response: Any
+    error: Any
     invalid_params: int
 
 

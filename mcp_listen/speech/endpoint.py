@@ -220,7 +220,9 @@ class Endpointer:
 
     def _below_onset(self, level: float | None) -> bool:
         """Whether a window is too close to the room's level to be onset evidence."""
-        room = self._room_db() if level is not None else None
+        if level is None:
+            return False
+        room = self._room_db()
         return room is not None and level < room + self.config.onset_above_room_db
 
     def _floor_at_onset(self) -> float:

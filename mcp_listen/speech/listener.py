@@ -206,14 +206,15 @@ class Listener:
         self.windows += 1
         reason = None
         speaking = False
-        if self.endpointer is not None:
-            probability, level = self.vad.hear(window, self.endpointer.needs_vad)
-            reason = self.endpointer.feed(probability, level)
-            speaking = self.endpointer.speech_detected and probability >= SPEECH_THRESHOLD
-            self._note_events()
-            if self._cutter is not None:
-                self._keep(window, probability)
-                self._detect_language()
+        vad, endpointer = self.vad, self.endpointer
+        if vad is not None and endpointer is not None:
+            probability, level = vad.hear(window, endpointer.needs_vad)
+            reason = endpointer.feed(probability, level)
+            speaking = endpointer.speech_detected and probability >= SPEECH_THRESHOLD
+            self._note_events(endpointer)
+            if self._cutter is not None and self.phrases is not None:
+                self._keep(window, probability, endpointer, self._cutter, self.phrases)
+                self._detect_language(endpointer, self.phrases)
         if self.meter is not None:
             self.meter(window, speaking)
         if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
@@ -224,11 +225,11 @@ class Listener:
     def elapsed_ms(self) -> int:
         return self.windows * WINDOW * 1000 // SAMPLE_RATE
 
-    def _note_events(self) -> None:
-        event = self.endpointer.event
-        if event == "speech_start":
+    def _note_events(self, endpointer: EndpointDecider) -> None:
+        event = endpointer.event
+        if event == "speech_start" and endpointer.speech_started_window is not None:
             self.speech_detected = True
-            start = max(0, self.endpointer.speech_started_window - self.PRE_ROLL_WINDOWS)
+            start = max(0, endpointer.speech_started_window - self.PRE_ROLL_WINDOWS)
             self.phrase_start_frame = start * WINDOW
             if self._cutter is not None:
                 self._cutter.start_window = start
@@ -238,43 +239,50 @@ class Listener:
                 self.progress(self.elapsed_ms, self.plan.max_ms, "Speech detected")
         elif event == "silence_start" and self.progress:
             self.progress(self.elapsed_ms, self.plan.max_ms, "Silence detected")
-        last = self.endpointer.last_speech_window
+        last = endpointer.last_speech_window
         if last is not None:
             self.speech_end_frame = (last + 1) * WINDOW
 
-    def _keep(self, window: np.ndarray, probability: float) -> None:
+    def _keep(
+        self,
+        window: np.ndarray,
+        probability: float,
+        endpointer: EndpointDecider,
+        cutter: PhraseCutter,
+        phrases: PhraseSink,
+    ) -> None:
         """Keep the audio for phrase cuts; hand each finished phrase to the worker, and what
         was said since the last cut as soon as the speaker pauses (it may be the end)."""
         self._kept.append(window.copy())
-        cut = self._cutter.update(self.windows - 1, self.endpointer.speech_detected, probability)
+        cut = cutter.update(self.windows - 1, endpointer.speech_detected, probability)
         if cut is not None:
             start, end = cut
-            self.phrases.submit(self._audio(start * WINDOW, end * WINDOW))
+            phrases.submit(self._audio(start * WINDOW, end * WINDOW))
             self.phrase_start_frame = end * WINDOW
-        self._speculate()
+        self._speculate(endpointer, phrases)
 
-    def _detect_language(self) -> None:
+    def _detect_language(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
         """At set lengths of speech, hand what was said so far to learn the language from."""
-        onset = self.endpointer.speech_started_window
+        onset = endpointer.speech_started_window
         if onset is None or not self.speech_detected:
             return
         if self.windows - onset in self._language_marks:
             start = max(0, onset - self.PRE_ROLL_WINDOWS) * WINDOW
-            self.phrases.detect(self._audio(start, self.windows * WINDOW))
+            phrases.detect(self._audio(start, self.windows * WINDOW))
 
-    def _speculate(self) -> None:
+    def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
         """In a pause, once the word's tail is recorded: transcribe now, in case this is the end.
 
         The key is the span `Heard.remaining_key` will give if the stop comes before more speech;
         speech that resumes moves the span, and the next pause replaces the guess.
         """
         end = self.speech_end_frame
-        if end is None or self.endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
+        if end is None or endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
             return
         key = (self.phrase_start_frame, speech_tail_end(end))
         if key != self._speculated and len(self._kept) * WINDOW >= key[1]:
             self._speculated = key
-            self.phrases.speculate(self._audio(*key), key)
+            phrases.speculate(self._audio(*key), key)
 
     def _audio(self, first: int, end: int) -> np.ndarray:
         """Samples [first, end) of the recording so far, from the kept windows."""

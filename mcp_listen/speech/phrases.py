@@ -118,7 +118,7 @@ class PhraseWorker:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        if adopted:
+        if adopted and guess is not None:
             if guess.error is not None:
                 raise guess.error
             self._texts.append(guess.text)
@@ -139,7 +139,7 @@ class PhraseWorker:
             job.done.set()
 
     def _learn_language(self, job: _Job) -> None:
-        if self.language != "auto":
+        if self.language != "auto" or self._detect is None:
             return
         try:
             heard, probability = self._detect(job.audio, job.abort)
