@@ -14,7 +14,7 @@ Reported (stdout, and as JSON with --json): the child's VmRSS after a warm-up (2
 5 queries) and at the end, its peak (VmHWM), thread count (/proc/PID/task) and open file
 descriptors (/proc/PID/fd, where every open audio stream shows up as sockets/pipes) at the same
 moments, VmRSS every 20 captures and every 10 queries (rss_trace_kb), files in the recordings folder that no call reported, and the exit code after stdin
-closes. tests/test_reliability.py::test_soak runs this and asserts the bounds.
+closes. tests/e2e/test_reliability.py::test_soak runs this and asserts the bounds.
 """
 
 from __future__ import annotations

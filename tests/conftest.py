@@ -86,6 +86,7 @@ def assets():
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "tests" / "assets"
+UNIT = REPO / "tests" / "unit"
 ASSET_TOOL = REPO / "tools" / "make_test_assets.py"
 
 
@@ -137,13 +138,21 @@ NEEDS = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test by the real peers it uses, directly or through other fixtures, so a test
-    added anywhere is sorted into the right tier without remembering a decorator.
-    The fast tier is ``pytest -m "not mic and not slow and not soak"``."""
+    added anywhere is marked without remembering a decorator; a unit test that needs one of
+    them belongs in tests/e2e, and the run stops saying so (the unit tier stays seconds)."""
+    misplaced = []
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in NEEDS.items():
             if used & fixtures and not item.get_closest_marker(marker):
                 item.add_marker(marker)
+        in_unit = UNIT in Path(str(item.path)).parents
+        if in_unit and any(item.get_closest_marker(marker) for marker in (*NEEDS, "soak")):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(
+            "tests/unit holds tests that need a microphone or a model; move them to tests/e2e: " + ", ".join(misplaced)
+        )
 
 
 @pytest.fixture(scope="session")

@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 SERVER_CMD = [sys.executable, "-m", "mcp_listen"]
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -128,6 +131,16 @@ class RawServer:
         self.stop()
 
 
+def until(predicate: Any, timeout: float) -> bool:
+    """Poll `predicate` every 50 ms for up to `timeout` seconds; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
 def proc_memory_kb(pid: int) -> dict[str, int]:
     """VmRSS (now) and VmHWM (peak) of a live process, in kB, from /proc (Linux)."""
     values = {}
@@ -169,3 +182,165 @@ def error_of(result: Any) -> dict[str, Any]:
     sentence, payload = texts[0][1], json.loads(texts[1][1])
     assert sentence == f"Error: {payload['error']['message']}", (sentence, payload)
     return payload
+
+
+def error_payload(result: Any) -> dict[str, Any]:
+    """The machine-readable part of an error result (checked against the wire shape)."""
+    return error_of(result)
+
+
+class Wire:
+    """A RawServer plus bookkeeping: responses by id, notifications in order, arrival times.
+
+    RawServer.wait_for drops every other message it reads; this keeps them all (a thread files
+    each message as it arrives, with its arrival time), so a test can poll get_status while
+    another call runs, or time the gap between two messages while it plays audio.
+    """
+
+    def __init__(self, server: RawServer) -> None:
+        self.server = server
+        self.responses: dict[int, dict[str, Any]] = {}
+        self.arrived: dict[int, float] = {}
+        self.notes: list[tuple[float, dict[str, Any]]] = []
+        self._changed = threading.Condition()
+        self._filer = threading.Thread(target=self._file, daemon=True)
+        self._filer.start()
+
+    def _file(self) -> None:
+        while self.server.proc.poll() is None or not self.server.messages.empty():
+            try:
+                msg = self.server.messages.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            now = time.monotonic()
+            with self._changed:
+                if "id" in msg and ("result" in msg or "error" in msg):
+                    self.responses[msg["id"]] = msg
+                    self.arrived[msg["id"]] = now
+                else:
+                    self.notes.append((now, msg))
+                self._changed.notify_all()
+
+    def until(self, predicate: Any, timeout: float, what: str) -> Any:
+        """Wait until predicate() is truthy (checked whenever a message arrives); return its value."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(what)
+                self._changed.wait(min(remaining, 0.1))
+
+    def start(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        request = tool_call(self.server, name, arguments, **meta)
+        self.server.send(request)
+        return request
+
+    def wait(self, request_id: int, timeout: float = 30) -> dict[str, Any]:
+        return self.until(lambda: self.responses.get(request_id), timeout, f"no response to request {request_id}")
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None, timeout: float = 30) -> dict[str, Any]:
+        """A tool call's `result` (asserts it is a result, not a JSON-RPC error)."""
+        reply = self.wait(self.start(name, arguments or {})["id"], timeout)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    def status(self) -> dict[str, Any]:
+        return self.call("get_status")["structuredContent"]
+
+    def wait_recording(self, min_elapsed_ms: int = 300, timeout: float = 15) -> None:
+        """Until the microphone has delivered audio for a while (so the stream is really running)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status["recording"] and status["device"] and status["elapsed_ms"] >= min_elapsed_ms:
+                return
+            time.sleep(0.02)
+        raise TimeoutError("the recording never started")
+
+    def released_after(self, since: float, timeout: float = 10) -> float:
+        """Seconds from `since` until get_status says the microphone is free."""
+        deadline = since + timeout
+        while time.monotonic() < deadline:
+            if not self.status()["recording"]:
+                return time.monotonic() - since
+        raise TimeoutError("the microphone was never released")
+
+    def cancel(self, request_id: int) -> float:
+        self.server.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": request_id, "reason": "test"},
+            }
+        )
+        return time.monotonic()
+
+    def progress_time(self, token: Any, text: str) -> float | None:
+        """Arrival time of the first notifications/progress for `token` whose message contains `text`."""
+        for when, note in list(self.notes):
+            params = note.get("params") or {}
+            if note.get("method") == "notifications/progress" and params.get("progressToken") == token:
+                if text in (params.get("message") or ""):
+                    return when
+        return None
+
+    def wait_progress(self, token: Any, text: str, timeout: float = 30) -> float:
+        return self.until(lambda: self.progress_time(token, text), timeout, f"no progress message with {text!r}")
+
+
+@contextmanager
+def wire(env: dict[str, str], stderr_path: Path | None = None) -> Iterator[Wire]:
+    with RawServer(env, stderr_path=stderr_path) as server:
+        server.initialize()
+        yield Wire(server)
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder)) if folder.exists() else []
+
+
+def assert_only_json_rpc(lines: list[bytes]) -> None:
+    for line in lines:
+        assert json.loads(line)["jsonrpc"] == "2.0", line[:200]
+
+
+@contextmanager
+def stalled(pid: int, syscall: str = "flock") -> Iterator[subprocess.Popen]:
+    """Every `syscall` of process `pid` (all threads) stalls 30 s: strace delay injection, as when
+    a disk hangs. The WAV writer is the only flock user: it stalls right after creating its file.
+    A stalled thread dies only once strace lets go of it (kill the tracer: the block yields it)."""
+    if shutil.which("strace") is None:
+        pytest.fail("strace is needed to stall a write for real: apt-get install strace")
+    tracer = subprocess.Popen(
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            os.devnull,
+            "-p",
+            str(pid),
+            "-e",
+            f"trace={syscall}",
+            "-e",
+            f"inject={syscall}:delay_enter=30000000",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while "TracerPid:\t0" in Path(f"/proc/{pid}/status").read_text():
+            assert tracer.poll() is None, tracer.stderr.read().decode(errors="replace")
+            assert time.monotonic() < deadline, "strace did not attach"
+            time.sleep(0.02)
+        yield tracer
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+        tracer.wait(10)

@@ -27,7 +27,7 @@ from mcp_listen.whisper import names as N
 from mcp_listen.whisper import text as W
 from mcp_listen.whisper import transcriber as T
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 
 

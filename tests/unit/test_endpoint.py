@@ -9,7 +9,7 @@ import pytest
 from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
 
 LOUD, QUIET, BETWEEN, JUST_LOUD = 0.9, 0.05, 0.4, 0.6
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(probabilities, config: EndpointConfig | None = None):

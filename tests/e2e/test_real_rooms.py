@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 import room_audio as R
 from rpc import mcp_client, server_env, structured
-from test_server import wait_until_recording
-from test_stop_on_silence import capture_while_playing, without_trailing_silence
+from speech_checks import capture_while_playing, wait_until_recording, without_trailing_silence
 
 RATE = 16000
 SILENCE_MS = 1000

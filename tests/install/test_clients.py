@@ -31,7 +31,7 @@ from rpc import SERVER_CMD, server_env
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # the tests folder
 NODE_CACHE = HERE / "assets" / "node"
 SCRIPTS = HERE / "clients"
 QUESTION = "What is the capital city of France?"

@@ -26,7 +26,7 @@ import rpc
 from mcp_listen import __version__
 from mcp_listen.config import load_settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SERVER_JSON = REPO / "server.json"
 README = REPO / "README.md"
 REGISTRY_NAME = "io.github.mcp-listen/mcp-listen"

@@ -25,7 +25,7 @@ from mcp_listen.config import Settings
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.whisper import store as model_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL_BYTES = b"lmgg" + bytes(range(256)) * 2000  # ~0.5 MB, starts like a GGML file
 MODEL_SHA1 = hashlib.sha1(MODEL_BYTES).hexdigest()
 BOMB = gzip.compress(b"lmgg" + b"\0" * (20 << 20))  # ~20 KB that unpacks to 20 MB

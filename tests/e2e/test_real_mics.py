@@ -19,9 +19,7 @@ import audio_assets as A
 import jackmic
 import pytest
 from rpc import mcp_client, server_env, structured
-from test_pipeline import wer, words
-from test_server import wait_until_recording
-from test_stop_on_silence import without_trailing_silence
+from speech_checks import wait_until_recording, wer, without_trailing_silence, words
 
 pytestmark = pytest.mark.anyio
 RATE = 16000

@@ -8,7 +8,7 @@ import re
 import audio_assets as A
 import pytest
 from rpc import mcp_client, server_env
-from test_pipeline import call_while_playing, wer
+from speech_checks import call_while_playing, wer
 
 pytestmark = pytest.mark.anyio
 

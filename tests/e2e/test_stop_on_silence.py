@@ -6,12 +6,11 @@ so a loaded machine does not change them.
 
 from __future__ import annotations
 
-import anyio
 import audio_assets as A
 import numpy as np
 import pytest
-from rpc import mcp_client, server_env, structured
-from test_server import wait_until_recording
+from rpc import server_env
+from speech_checks import capture_while_playing, without_trailing_silence
 
 pytestmark = pytest.mark.anyio
 RATE = 16000
@@ -22,35 +21,12 @@ def env(vmic, tmp_path):
     return server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
 
 
-async def capture_while_playing(env, vmic, clip, args) -> dict:
-    """Start capture_audio, play `clip` into the microphone once it listens, return the result."""
-    async with mcp_client(env) as client:
-        results = []
-
-        async def capture():
-            results.append(await client.call_tool("capture_audio", args))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(capture)
-            await wait_until_recording(client)
-            if clip is not None:
-                await anyio.to_thread.run_sync(lambda: vmic.play(clip))
-    assert not results[0].is_error, results[0].content[0].text
-    return structured(results[0])
-
-
 def speech_end_in_recording(recording: np.ndarray, speech: np.ndarray) -> int:
     """Sample index in `recording` just after the last loud sample of `speech`."""
     lag, peak = A.xcorr_align(recording, speech)
     assert peak > 0.999, f"the speech was not captured intact (correlation {peak:.4f})"
     assert np.array_equal(recording[lag : lag + len(speech)], speech), "samples were altered"
     return lag + A.last_loud_sample(speech) + 1
-
-
-def without_trailing_silence(path) -> np.ndarray:
-    """espeak ends a clip with ~280 ms of digital silence: a pause built after it would be longer."""
-    samples = A.read_wav(path)
-    return samples[: np.flatnonzero(samples)[-1] + 1]
 
 
 @pytest.mark.parametrize("silence_ms", [500, 1000])

@@ -107,7 +107,7 @@ def test_memory_need_grows_by_the_measured_cost_of_each_thread():
     assert extra == pytest.approx(2 * ggml.THREAD_ADDRESS * ggml.MARGIN, abs=2)
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_argument_table_states_the_limits():

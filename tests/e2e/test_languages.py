@@ -13,9 +13,8 @@ import time
 
 import audio_assets as A
 import pytest
-from rpc import mcp_client, server_env
-from test_compat import error_payload
-from test_pipeline import call_while_playing, words
+from rpc import error_payload, mcp_client, server_env
+from speech_checks import call_while_playing, words
 
 pytestmark = pytest.mark.anyio
 

@@ -10,23 +10,17 @@ import stat
 import time
 from pathlib import Path
 
-import audio_assets as A
 import dns_sink
 import pytest
 import rpc
-from rpc import error_of, server_env
-from test_reliability import assert_only_json_rpc, files_in, wire
+from rpc import assert_only_json_rpc, error_of, files_in, server_env, wire
+from speech_checks import said_clip
 
-SAID = "purple giraffes are dancing in zanzibar tonight"
 SAID_WORDS = ["purple", "giraffe", "zanzibar", "dancing", "tonight"]
 PROMPT = "You are Marmaduke the quokka; answer in rhymes."
 PROMPT_WORDS = ["marmaduke", "quokka", "rhymes"]
 REPLY = "Saffron platypus juggles nectarines."
 REPLY_WORDS = ["saffron", "platypus", "nectarine"]
-
-
-def said_clip() -> Path:
-    return A.concat([A.silence(300), A.speech(SAID), A.silence(1500)])
 
 
 def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_path, model_path):

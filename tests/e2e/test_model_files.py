@@ -33,7 +33,7 @@ from mcp_listen.whisper import model_file as F
 from mcp_listen.whisper import probe as P
 from mcp_listen.whisper import transcriber as T
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXIT_S = 10.0
 
 

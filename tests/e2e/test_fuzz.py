@@ -23,8 +23,7 @@ import pytest
 from fake_ollama import refused_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rpc import error_of, server_env
-from test_reliability import assert_only_json_rpc, files_in, wire
+from rpc import assert_only_json_rpc, error_of, files_in, server_env, wire
 from vmic import env_no_input_devices
 
 EXAMPLES = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 HEAVY = ("numpy", "onnxruntime", "sounddevice", "_pywhispercpp", "pywhispercpp", "ollama", "httpx", "soxr")
-PACKAGE = Path(__file__).resolve().parent.parent / "mcp_listen"
+PACKAGE = Path(__file__).resolve().parents[2] / "mcp_listen"
 MODULES = (
     "mcp_listen",
     *sorted(

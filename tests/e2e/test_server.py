@@ -12,6 +12,7 @@ import audio_assets
 import numpy as np
 import pytest
 from rpc import LEGACY_VERSIONS, RawServer, error_of, mcp_client, server_env, structured, tool_call
+from speech_checks import wait_until_recording
 from vmic import env_no_input_devices, env_without_portaudio
 
 from mcp_listen.contract.models import MAX_PROMPT_CHARS
@@ -29,18 +30,6 @@ def rec_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def env(vmic, rec_dir):
     return server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir))
-
-
-async def wait_until_recording(client, timeout: float = 10.0) -> None:
-    """Poll get_status (never blocked by the recording lock) until the microphone is capturing."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = (await client.call_tool("get_status", {})).structured_content
-        if status["recording"] and status["device"]:
-            await anyio.sleep(0.1)
-            return
-        await anyio.sleep(0.02)
-    raise TimeoutError("the recording never started")
 
 
 async def test_initialize_and_tools_list(env):

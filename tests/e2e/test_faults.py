@@ -18,8 +18,8 @@ from pathlib import Path
 import audio_assets as A
 import pytest
 from fake_ollama import refused_url
-from rpc import error_of, server_env
-from test_reliability import files_in, heard_lighthouse, speech_clip, stalled, wire
+from rpc import error_of, files_in, server_env, stalled, wire
+from speech_checks import heard_lighthouse, speech_clip
 from vmic import env_no_input_devices, env_without_portaudio
 
 QUESTION = "what is the tallest mountain in the world"

@@ -13,22 +13,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from fake_ollama import refused_url
-from rpc import RawServer, error_of, mcp_client, server_env
-from test_pipeline import QUESTION, call_while_playing, spoken, wer
+from rpc import RawServer, error_payload, mcp_client, server_env
+from speech_checks import QUESTION, call_while_playing, spoken, wer
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def error_payload(result: Any) -> dict[str, Any]:
-    """The machine-readable part of an error result (checked against the wire shape)."""
-    return error_of(result)
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -159,7 +153,7 @@ async def test_ollama_gone_while_the_user_speaks_keeps_the_transcript(vmic, tmp_
     async with mcp_client(env) as client:
 
         async def stop_ollama_then_speak() -> None:
-            from test_server import wait_until_recording
+            from speech_checks import wait_until_recording
 
             await wait_until_recording(client)
             ollama.stop()

@@ -7,34 +7,17 @@ presence and absence of a field matter as much as its value.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import anyio
-import audio_assets as A
 import pytest
 from rpc import RawServer, error_of, mcp_client, server_env, tool_call
-from test_server import wait_until_recording
+from speech_checks import QUESTION, call_while_playing, spoken, wait_until_recording, wer
 
 pytestmark = pytest.mark.anyio
 
-QUESTION = "What is the capital city of France?"
 NO_WORDS_SOUND = "bdbdbdbdbdbdbdbdbdbd gbgbgbgbgbgb"
 """Speech-like babble: Silero hears speech, tiny.en writes only a marker such as [music]."""
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1] / max(1, len(ref))
 
 
 @pytest.fixture
@@ -45,24 +28,6 @@ def rec_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def env(vmic, rec_dir, ollama):
     return server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url)
-
-
-def spoken(text: str, tail_ms: int = 2500) -> Path:
-    return A.concat([A.silence(300), A.speech(text), A.silence(tail_ms)])
-
-
-async def call_while_playing(client, vmic, tool: str, args: dict, clip: Path | None, **kw):
-    results = []
-
-    async def call():
-        results.append(await client.call_tool(tool, args, **kw))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        await wait_until_recording(client)
-        if clip is not None:
-            await anyio.to_thread.run_sync(lambda: vmic.play(clip))
-    return results[0]
 
 
 async def test_normal_outcome(env, vmic, ollama, model_path, rec_dir):
@@ -165,7 +130,7 @@ async def test_model_name_lookup_in_whisper_model_path(vmic, rec_dir, ollama, mo
 
 @pytest.mark.parametrize("mode,code", [("404", "model_not_pulled"), ("500", "http_error"), ("empty", "empty_response")])
 async def test_ollama_failures(vmic, rec_dir, ollama, model_path, mode, code):
-    """Failures after transcription; an Ollama that is down before recording: test_compat.py."""
+    """Failures after transcription; an Ollama that is down before recording: tests/e2e/test_compat.py."""
     ollama.mode = mode
     env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url)
     async with mcp_client(env) as client:
