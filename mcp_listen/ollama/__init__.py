@@ -1,5 +1,5 @@
 """The local Ollama daemon: questions and their errors (client), the bounded, redirect-free HTTP
-transport (http) and the bounded NDJSON reply reader (stream).
+transport with the bounded NDJSON reply reader (http).
 
 Never imports audio, whisper or speech.
 """

@@ -9,6 +9,8 @@ and the load read the one open descriptor. While loading we still listen to whis
 for "failed to load model". At exit a hook aborts a running transcription and waits for it:
 whisper.cpp segfaults if the interpreter tears down while a thread is inside whisper.cpp.
 pywhispercpp and numpy are imported on first use: importing this module costs nothing.
+
+The whisper.cpp context the binding holds (how it is made and sized) comes first.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from mcp_listen.errors import Cancelled, TranscriptionError, command
 from mcp_listen.whisper import admission as model_check
 from mcp_listen.whisper import ggml
 from mcp_listen.whisper import probe as model_probe
-from mcp_listen.whisper.context import Detected, WhisperContext
 from mcp_listen.whisper.memory import _check_memory, _instances
 from mcp_listen.whisper.model_file import ModelKey, _ModelFile, _opened
 from mcp_listen.whisper.names import short_name
@@ -46,6 +47,82 @@ from mcp_listen.whisper.text import (
 
 if TYPE_CHECKING:
     import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+CONTEXT_ONLY_SAMPLES = SAMPLE_RATE * 106 // 1000
+"""A whisper_full input that sets the encoder context and returns without encoding: at least
+whisper.cpp's 100 ms minimum (shorter input returns before the context is set), and under the
+1 s it needs to decode a segment."""
+
+
+QUIET = ("print_progress", "print_realtime", "print_special", "print_timestamps")
+"""whisper_full's printing switches, off for every call."""
+
+
+@dataclass(frozen=True)
+class Detected:
+    """What whisper.cpp's language detector heard."""
+
+    language: str
+    probability: float
+
+
+class WhisperContext:
+    """One whisper.cpp context, driven through pywhispercpp's raw bindings (`_pywhispercpp`).
+
+    pywhispercpp's `Model` class would also import requests, tqdm and platformdirs for its
+    download helpers (+6 MB resident, measured), and it drops whisper_full's status code.
+    """
+
+    def __init__(self, pw: Any, path: str) -> None:
+        self._pw = pw
+        self.ctx = pw.whisper_init_from_file_with_params(path, pw.whisper_context_default_params())
+        self.params = pw.whisper_full_default_params(pw.whisper_sampling_strategy.WHISPER_SAMPLING_GREEDY)
+        for name in QUIET:  # on by default: a call that sets no parameters would print its progress
+            setattr(self.params, name, False)
+
+    def transcribe(self, audio: np.ndarray, abort: Callable[[], bool], **params: Any) -> list[str]:
+        """whisper_full on float32 16 kHz audio; the segments' text (raises on a failed run)."""
+        pw = self._pw
+        for name, value in params.items():
+            setattr(self.params, name, value)
+        pw.assign_abort_callback(self.params, abort)
+        status = pw.whisper_full(self.ctx, self.params, audio, audio.size)
+        if status and not abort():
+            raise RuntimeError(f"whisper_full returned {status}")
+        count = pw.whisper_full_n_segments(self.ctx)
+        return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
+
+    def detect(self, audio: np.ndarray, audio_ctx: int, threads: int) -> Detected:
+        """The language spoken in `audio` (float32, 16 kHz, at least 1 s), encoded at `audio_ctx` (0: 30 s)."""
+        import numpy as np
+
+        pw = self._pw
+        self.transcribe(
+            np.zeros(CONTEXT_ONLY_SAMPLES, np.float32),
+            lambda: False,
+            language="en",
+            detect_language=False,
+            audio_ctx=audio_ctx,
+            n_threads=threads,
+        )
+        if pw.whisper_pcm_to_mel(self.ctx, audio, audio.size, threads) != 0:
+            raise RuntimeError("whisper_pcm_to_mel failed")
+        probabilities = np.zeros(pw.whisper_lang_max_id() + 1, np.float32)
+        lang_id = pw.whisper_lang_auto_detect(self.ctx, 0, threads, probabilities)
+        if lang_id < 0:
+            raise RuntimeError(f"whisper_lang_auto_detect returned {lang_id}")
+        return Detected(pw.whisper_lang_str(lang_id), float(probabilities[lang_id]))
+
+    def __del__(self) -> None:
+        ctx, self.ctx = getattr(self, "ctx", None), None
+        if ctx is not None:
+            self._pw.whisper_free(ctx)
+
 
 log = logging.getLogger(__name__)
 _log_capture_lock = threading.Lock()
@@ -184,7 +261,7 @@ class Transcriber:
         import _pywhispercpp as pw
 
         lang = _language(pw, language, self._multilingual)
-        if lang == "auto":  # whisper_full's own detection would encode at a stale context (whisper_context.py)
+        if lang == "auto":  # whisper_full's own detection would encode at a stale context (see the context above)
             lang = self._detect(audio[:DETECT_MAX_SAMPLES]).language
         params = dict(
             language=lang,

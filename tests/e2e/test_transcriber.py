@@ -498,7 +498,7 @@ def test_a_phrase_decoded_twice_is_kept_once(text, kept):
 
 
 def test_a_fresh_multilingual_model_detects_the_language_and_prints_nothing(base_model_path: Path, capfd) -> None:
-    """Detection sets whisper's encoder context with a call too short to decode (whisper_context.py):
+    """Detection sets whisper's encoder context with a call too short to decode (mcp_listen/whisper/transcriber.py):
     on a fresh context that call would run with whisper's default parameters, which print progress."""
     import audio_assets as A
 

@@ -24,7 +24,7 @@ from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryAr
 from mcp_listen.contract.results import Answered, Captured, Transcribed
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import DeviceBusy, LLMError
-from mcp_listen.whisper.context import Detected
+from mcp_listen.whisper.transcriber import Detected
 
 LOUD, QUIET = 3000, 0
 MIC = InputDevice(7, "Scripted Mic", "test:scripted", 1, 16000.0, True)

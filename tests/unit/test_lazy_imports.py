@@ -27,7 +27,7 @@ MODULES = (
 
 
 def test_the_module_list_is_found():
-    assert {"mcp_listen.server.app", "mcp_listen.audio.microphone", "mcp_listen.ollama.stream"} <= set(MODULES)
+    assert {"mcp_listen.server.app", "mcp_listen.audio.microphone", "mcp_listen.ollama.http"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
