@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
+from mcp_listen.audio.levels import level_db
 from mcp_listen.contract.models import (
     CAPTURE_DURATION_MS,
     LISTEN_DURATION_MS,
@@ -53,7 +54,7 @@ class VoiceDetector(Protocol):
 
     def reset(self) -> None: ...
 
-    def hear(self, window: Any, needs_vad: Callable[[float], bool] | None = None) -> tuple[float, float]: ...
+    def hear(self, window: Any, run: bool = True) -> tuple[float, float]: ...
 
 
 class EndpointDecider(Protocol):
@@ -208,7 +209,7 @@ class Listener:
         speaking = False
         vad, endpointer = self.vad, self.endpointer
         if vad is not None and endpointer is not None:
-            probability, level = vad.hear(window, endpointer.needs_vad)
+            probability, level = vad.hear(window, run=endpointer.needs_vad(level_db(window)))
             reason = endpointer.feed(probability, level)
             speaking = endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events(endpointer)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,11 +154,12 @@ class SileroVAD:
         """Speech probability of the next 512 samples (int16, or float in [-1, 1]) of the stream."""
         return self.hear(window)[0]
 
-    def hear(self, window: np.ndarray, needs_vad: Callable[[float], bool] | None = None) -> tuple[float, float]:
+    def hear(self, window: np.ndarray, run: bool = True) -> tuple[float, float]:
         """(speech probability, level in dBFS) of the next window of the stream.
 
-        When `needs_vad(level)` is false (the endpointer's gate: Silero's answer could not
-        matter) the model does not run and the probability is 0.0. The recurrent state then
+        With `run` false (the endpointer's gate said Silero's answer could not matter: the
+        caller asks `Endpointer.needs_vad(level_db(window))` first) the model does not run and
+        the probability is 0.0. The recurrent state then
         stays as it was (the stream pauses on the room's noise) and the window's last 64
         samples still become the context. Measured on 88 noisy clips: resetting the state
         instead missed quiet speech in 9-13.
@@ -167,7 +168,7 @@ class SileroVAD:
         samples[:] = self._as_float(window)
         level = power_db(samples)
         probability = 0.0
-        if needs_vad is None or needs_vad(level):
+        if run:
             output, self._state = self.session.run(None, {"input": self._input, "state": self._state})
             probability = float(output[0, 0])
         self._input[0, :CONTEXT] = self._input[0, -CONTEXT:]

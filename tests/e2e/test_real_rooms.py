@@ -20,6 +20,8 @@ import room_audio as R
 from rpc import mcp_client, server_env, structured
 from speech_checks import capture_while_playing, wait_until_recording, without_trailing_silence
 
+from mcp_listen.audio.levels import level_db
+
 RATE = 16000
 SILENCE_MS = 1000
 LATE_MS = 300
@@ -78,7 +80,8 @@ def replay(vad, endpointer, audio) -> tuple[str | None, int, int]:
     """Feed `audio` window by window as the server does: (stop reason, last window fed, 0)."""
     vad.reset()
     for window in range(len(audio) // 512):
-        probability, level = vad.hear(audio[window * 512 : (window + 1) * 512], endpointer.needs_vad)
+        chunk = audio[window * 512 : (window + 1) * 512]
+        probability, level = vad.hear(chunk, run=endpointer.needs_vad(level_db(chunk)))
         reason = endpointer.feed(probability, level)
         if reason:
             return reason, window, 0

@@ -36,7 +36,7 @@ class LoudnessVAD:
     def reset(self) -> None:
         pass
 
-    def hear(self, window: Any, needs_vad: Any = None) -> tuple[float, float]:
+    def hear(self, window: Any, run: bool = True) -> tuple[float, float]:
         loud = int(np.abs(window).max()) >= LOUD
         return (0.95, -20.0) if loud else (0.02, -70.0)
 

@@ -28,7 +28,7 @@ class ScriptedVAD:
     def reset(self) -> None:
         self.resets += 1
 
-    def hear(self, window, needs_vad=None) -> tuple[float, float]:
+    def hear(self, window, run=True) -> tuple[float, float]:
         probability = self.probabilities[self.heard] if self.heard < len(self.probabilities) else QUIET
         self.heard += 1
         return probability, -20.0 if probability >= 0.5 else -60.0
