@@ -159,8 +159,11 @@ class Whisper:
         return self.transcriber().detect(condition(samples), path=model_path, cancel=cancel)
 
     def preload(self, model_path: Path) -> None:
-        """Load the model in the background while the user is still talking, not after."""
+        """Load the model in the background while the user is still talking, not after; nothing
+        to do (no thread) when it is resident already: the transcription re-checks the file."""
         transcriber = self.transcriber()
+        if transcriber.resident(model_path):
+            return
         threading.Thread(target=quietly, args=(transcriber.load, model_path), daemon=True).start()
 
 
@@ -169,13 +172,17 @@ class Ollama:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._warming: threading.Thread | None = None
 
     def preflight(self, model: str) -> None:
         """Fail before recording when Ollama is down or lacks `model` (bounded, cached briefly);
-        meanwhile ready the HTTP client: on a first call it costs ~0.2 s after the user stops."""
+        on the first call, ready the HTTP client meanwhile (it costs ~0.2 s after the user stops
+        otherwise), once per process."""
         from mcp_listen.ollama import client as llm
 
-        threading.Thread(target=quietly, args=(llm.warm_up,), daemon=True).start()
+        if self._warming is None:
+            self._warming = threading.Thread(target=quietly, args=(llm.warm_up,), name="ollama-warm-up", daemon=True)
+            self._warming.start()
         llm.preflight(self.settings.ollama_host, model)
 
     def ask(self, text: str, model: str, prompt: str, cancel: Any) -> str:

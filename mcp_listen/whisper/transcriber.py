@@ -195,6 +195,10 @@ class Transcriber:
             self._key, self._path = mf.key, path
             self._needs = ggml.memory_needed(model, self.threads)
 
+    def resident(self, path: Path) -> bool:
+        """Whether the model named `path` is loaded (by name: `load` still checks the file itself)."""
+        return self._model is not None and self._path == Path(path).expanduser()
+
     def unload(self) -> None:
         """Free the resident model's memory."""
         with self._lock:

@@ -8,6 +8,7 @@ claim, results and error shapes are what is tested.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,3 +195,51 @@ def test_an_llm_failure_keeps_the_transcription(tmp_path):
         "message": "Ollama is not running.",
     }
     assert recorder.active is None
+
+
+class _Transcriber:
+    """A transcriber that holds one model, by name, and records the loads asked of it."""
+
+    def __init__(self, holds: Path | None) -> None:
+        self.holds, self.loads = holds, []
+
+    def resident(self, path: Path) -> bool:
+        return path == self.holds
+
+    def load(self, path: Path) -> None:
+        self.loads.append(path)
+
+
+@pytest.mark.parametrize("resident", [True, False], ids=["resident", "not loaded"])
+def test_whisper_is_preloaded_only_when_the_model_is_not_resident(tmp_path, resident):
+    from mcp_listen.engine.parts import Whisper
+
+    model = tmp_path / "ggml-tiny.en.bin"
+    transcriber = _Transcriber(model if resident else None)
+    part = Whisper(Settings())
+    part.transcriber = lambda: transcriber  # type: ignore[method-assign]
+    part.preload(model)
+    deadline = time.monotonic() + 2
+    while not transcriber.loads and time.monotonic() < deadline and not resident:
+        time.sleep(0.01)
+    time.sleep(0.1)  # a preload thread started by mistake would have loaded by now
+    assert transcriber.loads == ([] if resident else [model])
+
+
+def test_the_ollama_client_is_warmed_once_per_process(monkeypatch):
+    from fake_ollama import FakeOllama
+
+    from mcp_listen.engine.parts import Ollama
+    from mcp_listen.ollama import client as llm
+
+    warmed = []
+    monkeypatch.setattr(llm, "warm_up", lambda: warmed.append(1))
+    with FakeOllama() as fake:
+        part = Ollama(Settings(ollama_host=fake.url))
+        for _ in range(3):
+            part.preflight("llama3.2")
+    deadline = time.monotonic() + 2
+    while not warmed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # a second warm-up thread would have run by now
+    assert warmed == [1]
