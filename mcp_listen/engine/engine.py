@@ -211,7 +211,7 @@ class Engine:
             worker.abandon()
         else:
             if progress:
-                progress(heard.duration_ms + 1, None, "Transcribing")
+                progress(heard.duration_ms, None, "Transcribing")
             try:
                 text = usable_text(worker.finish(heard.remaining_speech(), heard.remaining_key()))
             finally:
@@ -242,7 +242,7 @@ class Engine:
         if heard.text is None:
             return Answered(heard, model, None)
         if progress:
-            progress(heard.duration_ms + 2, None, f"Asking {model}")
+            progress(heard.duration_ms, None, f"Asking {model}")
         prompt = args.prompt or self.settings.defaults.prompt
         return Answered(heard, model, self.ask(heard.text, model, prompt, _linked(stop, self.shutdown)))
 

@@ -36,11 +36,20 @@ class Call:
         self.stop = threading.Event()
         meta = ctx.meta or {}
         self.wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
+        self._last: float | None = None
 
     def progress(self, done: float, total: float | None, message: str) -> None:
-        """Called from the worker thread; sends a notifications/progress when the client asked."""
+        """Called from the worker thread; sends a notifications/progress when the client asked.
+
+        `done` is the audio heard so far in ms, and the phases after listening (transcribing,
+        asking) report the recording's length again. MCP wants every notification's progress
+        above the last one, so the counter sent is kept strictly increasing here, 1 above the
+        last where the engine's value would repeat it; the engine pads nothing.
+        """
         if not self.wants_progress or self.stop.is_set():
             return
+        done = done if self._last is None or done > self._last else self._last + 1
+        self._last = done
         try:
             anyio.from_thread.run(self.ctx.session.report_progress, done, total, message)
         except Exception as exc:  # noqa: BLE001 - progress is best effort, never fatal

@@ -308,3 +308,31 @@ def test_an_outgoing_message_with_text_that_is_not_utf8_is_sent_escaped():
     assert '"path":"/tmp/caf\\\\udce9/x.wav"' in sent
     plain = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=4, result={"a": "café"}))
     assert encodable(plain) is plain
+
+
+def test_progress_sent_always_increases_even_when_the_engine_repeats_a_value():
+    """MCP wants each notification's progress above the last: "Speech detected" and
+    "Listening" can fall on one window, and the phases after listening repeat its length."""
+    import anyio
+    import anyio.to_thread
+
+    from mcp_listen.server.calls import Call
+
+    sent: list[float] = []
+
+    class Session:
+        async def report_progress(self, done: float, total: float | None, message: str) -> None:
+            sent.append(done)
+
+    class Context:
+        meta = {"progressToken": "t"}
+        session = Session()
+
+    call = Call(Context())
+
+    def engine() -> None:
+        for done in (0, 992, 992, 2016, 2016, 2016):  # listening..., transcribing, asking
+            call.progress(done, None, "phase")
+
+    anyio.run(anyio.to_thread.run_sync, engine)
+    assert sent == [0, 992, 993, 2016, 2017, 2018]
