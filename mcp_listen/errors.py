@@ -99,6 +99,13 @@ class StorageError(CaptureError):
     code = "storage_error"
 
 
+class VADError(CaptureError):
+    """The bundled Silero VAD model is missing, unreadable or not the network mcp-listen expects:
+    stop-on-silence cannot decide when speech ends (a client sees this code, not "Internal error")."""
+
+    code = "vad_unavailable"
+
+
 class TranscriptionError(ListenError):
     """The whisper model is missing, invalid, failed to load, or transcription failed."""
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_listen.audio.levels import FULL_SCALE, level_db, power_db  # noqa: F401 - level_db re-exported
 from mcp_listen.config import disable_onnxruntime_telemetry
 from mcp_listen.contract.limits import WINDOW_SAMPLES
+from mcp_listen.errors import VADError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,16 +62,16 @@ def read_model_bytes() -> bytes:
     try:
         return resource.read_bytes()
     except OSError as exc:
-        raise RuntimeError(
+        raise VADError(
             f"The bundled Silero VAD model ({resource}) is missing or unreadable; reinstall mcp-listen."
         ) from exc
 
 
 def check_interface(inputs: Iterable[Any], outputs: Iterable[Any]) -> None:
-    """Raise RuntimeError unless the model's NodeArgs (name/type/shape) are what we feed and read."""
+    """Raise VADError unless the model's NodeArgs (name/type/shape) are what we feed and read."""
     problems = _mismatches("input", inputs, EXPECTED_INPUTS) + _mismatches("output", outputs, EXPECTED_OUTPUTS)
     if problems:
-        raise RuntimeError(
+        raise VADError(
             "The Silero VAD model does not have the interface mcp-listen expects ("
             + "; ".join(problems)
             + "). The vendored model was replaced or corrupted: reinstall mcp-listen."
@@ -136,7 +137,7 @@ class SileroVAD:
         try:
             self.session = onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind exception types
-            raise RuntimeError(
+            raise VADError(
                 f"The bundled Silero VAD model could not be loaded ({type(exc).__name__}); reinstall mcp-listen."
             ) from exc
         check_interface(self.session.get_inputs(), self.session.get_outputs())

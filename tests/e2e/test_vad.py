@@ -15,6 +15,7 @@ pytest.importorskip("onnxruntime")
 
 from mcp_listen.contract.models import SAMPLE_RATE  # noqa: E402
 from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.errors import VADError
 from mcp_listen.speech import vad  # noqa: E402
 from mcp_listen.speech.vad import CONTEXT, SileroVAD, shared_vad  # noqa: E402
 
@@ -79,13 +80,13 @@ def _copy(args, **changes):
 def test_interface_check_rejects_a_different_model(model, changes):
     inputs, outputs = model.session.get_inputs(), model.session.get_outputs()
     vad.check_interface(_copy(inputs), _copy(outputs))  # the real interface passes
-    with pytest.raises(RuntimeError, match="reinstall"):
+    with pytest.raises(VADError, match="reinstall"):
         vad.check_interface(_copy(inputs, **changes), _copy(outputs))
 
 
 def test_interface_check_rejects_renamed_output(model):
     outputs = _copy(model.session.get_outputs(), stateN={"name": "hn"})
-    with pytest.raises(RuntimeError, match="stateN"):
+    with pytest.raises(VADError, match="stateN"):
         vad.check_interface(model.session.get_inputs(), outputs)
 
 
