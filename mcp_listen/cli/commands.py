@@ -90,7 +90,8 @@ def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(settings)
     model_path = engine.whisper.resolve(args.whisper_model)
     samples = _read_wav(opts.file)
-    raw = engine.whisper.transcribe(samples, model_path, engine.language(args), translate=bool(args.translate)).text
+    session = engine.whisper.open_session(model_path, translate=bool(args.translate), cancel=None)
+    raw, _ = session.transcribe(samples, "", engine.language(args))
     print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
     return EXIT_OK
 

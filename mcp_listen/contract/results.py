@@ -23,6 +23,24 @@ NO_WORDS_MESSAGE = (
 
 Progress = Callable[[float, Optional[float], str], None]
 
+
+class Cancel(Protocol):
+    """What every blocking step polls to stop early: a threading.Event, or several linked (AnyOf)."""
+
+    def is_set(self) -> bool: ...
+
+
+class AnyOf:
+    """Set when any of the given events is set: a call's cancel, the process's shutdown, a
+    phrase's own abort. Quacks like threading.Event for `is_set`."""
+
+    def __init__(self, *events: Cancel | None) -> None:
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self._events)
+
+
 if TYPE_CHECKING:
     from mcp_listen.config import Settings  # the engine's settings; config sits above the contract
 

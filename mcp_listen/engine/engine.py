@@ -19,9 +19,9 @@ from mcp_listen.audio import recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, TranscribeArgs, VoiceQueryArgs
-from mcp_listen.contract.results import Answered, Captured, Devices, Status, Transcribed
+from mcp_listen.contract.results import Answered, AnyOf, Cancel, Captured, Devices, Status, Transcribed
 from mcp_listen.engine import memory
-from mcp_listen.engine.parts import Asking, Cancel, DeviceList, Hearing, Microphones, Ollama, Whisper
+from mcp_listen.engine.parts import Asking, DeviceList, Hearing, Microphones, Ollama, Whisper
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
@@ -180,28 +180,17 @@ class Engine:
         language, translate = self.language(args), bool(args.translate)
         self.whisper.check_language(model_path, language, translate)
         cancel = _linked(stop, self.shutdown)
-        worker = self._phrase_worker(model_path, language, translate, cancel)
-        preload = lambda: self.whisper.preload(model_path)  # noqa: E731
+        session = self.whisper.open_session(model_path, translate=translate, cancel=cancel)
+        worker = PhraseWorker(session.transcribe, language, session.detect)
         try:
             with self.recorder.claimed(tool, stop=cancel) as claim:
                 if before_recording is not None:  # under the claim: one call at a time gets this far
                     before_recording()
-                heard = self._listen(plan, claim, cancel, progress, phrases=worker, on_speech=preload)
+                heard = self._listen(plan, claim, cancel, progress, phrases=worker, on_speech=session.preload)
         except BaseException:
             worker.abandon()
             raise
         return self._words_of(heard, worker, plan, progress)
-
-    def _phrase_worker(self, model_path: Path, language: str, translate: bool, cancel: Any) -> PhraseWorker:
-        def transcribe(audio: Any, prompt: str, lang: str, abort: threading.Event) -> tuple[str, str]:
-            words = self.whisper.transcribe(audio, model_path, lang, _AnyEvent(cancel, abort), prompt, translate)
-            return words.text, words.language
-
-        def detect(audio: Any, abort: threading.Event) -> tuple[str, float]:
-            detected = self.whisper.detect(audio, model_path, _AnyEvent(cancel, abort))
-            return detected.language, detected.probability
-
-        return PhraseWorker(transcribe, language, detect)
 
     def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Transcribed:
         from mcp_listen.whisper.text import usable_text
@@ -254,16 +243,6 @@ class Engine:
             raise
 
 
-def _linked(stop: threading.Event | None, shutdown: threading.Event) -> _AnyEvent:
+def _linked(stop: threading.Event | None, shutdown: threading.Event) -> AnyOf:
     """One event that is set when either the call is cancelled or the process shuts down."""
-    return _AnyEvent(stop, shutdown)
-
-
-class _AnyEvent:
-    """Quacks like threading.Event for `is_set`, true when any of the given events is set."""
-
-    def __init__(self, *events: Cancel | None) -> None:
-        self._events = [e for e in events if e is not None]
-
-    def is_set(self) -> bool:
-        return any(e.is_set() for e in self._events)
+    return AnyOf(stop, shutdown)

@@ -16,18 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_listen.config import Settings
+from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import TranscriptionError
 
 if TYPE_CHECKING:
     from mcp_listen.audio.microphone import Claim
 
 log = logging.getLogger(__name__)
-
-
-class Cancel(Protocol):
-    """What every blocking step polls to stop early: a threading.Event, or several linked."""
-
-    def is_set(self) -> bool: ...
 
 
 class WindowSource(Protocol):
@@ -61,6 +56,16 @@ class DeviceList(Protocol):
     def resolve(self, device: int | str | None, *, rescan: bool = False) -> Any: ...
 
 
+class WhisperSession(Protocol):
+    """One utterance's whisper (whisper.session.Session): what the phrase worker calls."""
+
+    def preload(self) -> None: ...
+
+    def transcribe(self, samples: Any, prompt: str, language: str, abort: Cancel | None = None) -> tuple[str, str]: ...
+
+    def detect(self, samples: Any, abort: Cancel | None = None) -> tuple[str, float]: ...
+
+
 class Hearing(Protocol):
     """whisper: finding and checking a model before listening, and transcribing."""
 
@@ -71,19 +76,7 @@ class Hearing(Protocol):
 
     def check_language(self, model_path: Path, language: str, translate: bool) -> None: ...
 
-    def transcribe(
-        self,
-        samples: Any,
-        model_path: Path,
-        language: str,
-        cancel: Any = None,
-        prompt: str = "",
-        translate: bool = False,
-    ) -> Any: ...
-
-    def detect(self, samples: Any, model_path: Path, cancel: Any = None) -> Any: ...
-
-    def preload(self, model_path: Path) -> None: ...
+    def open_session(self, model_path: Path, *, translate: bool, cancel: Cancel | None) -> WhisperSession: ...
 
 
 class Asking(Protocol):
@@ -137,34 +130,11 @@ class Whisper:
                     code="model_english_only",
                 )
 
-    def transcribe(
-        self,
-        samples: Any,
-        model_path: Path,
-        language: str,
-        cancel: Any = None,
-        prompt: str = "",
-        translate: bool = False,
-    ) -> Any:
-        """whisper's Words (text, language heard) for int16 samples."""
-        from mcp_listen.whisper.text import condition
+    def open_session(self, model_path: Path, *, translate: bool, cancel: Cancel | None) -> WhisperSession:
+        """The whisper side of one utterance, on the resident model (whisper.session)."""
+        from mcp_listen.whisper.session import Session
 
-        options = dict(language=language, cancel=cancel, prompt=prompt, translate=translate)
-        return self.transcriber().hear(condition(samples), path=model_path, **options)
-
-    def detect(self, samples: Any, model_path: Path, cancel: Any = None) -> Any:
-        """whisper's Detected (language, probability) for the first seconds of int16 samples."""
-        from mcp_listen.whisper.text import condition
-
-        return self.transcriber().detect(condition(samples), path=model_path, cancel=cancel)
-
-    def preload(self, model_path: Path) -> None:
-        """Load the model in the background while the user is still talking, not after; nothing
-        to do (no thread) when it is resident already: the transcription re-checks the file."""
-        transcriber = self.transcriber()
-        if transcriber.resident(model_path):
-            return
-        threading.Thread(target=quietly, args=(transcriber.load, model_path), daemon=True).start()
+        return Session(self.transcriber(), model_path, translate=translate, cancel=cancel)
 
 
 class Ollama:

@@ -195,6 +195,16 @@ class Transcriber:
             self._key, self._path = mf.key, path
             self._needs = ggml.memory_needed(model, self.threads)
 
+    @property
+    def key(self) -> ModelKey | None:
+        """The resident model file's key (device, inode, size, mtime); None when none is loaded."""
+        return self._key if self._model is not None else None
+
+    def _ensure_loaded(self, path: Path, key: ModelKey | None) -> None:
+        """`load(path)` unless the model of `key` (admitted earlier in this call) is still resident."""
+        if key is None or self.key != key:
+            self.load(path)
+
     def resident(self, path: Path) -> bool:
         """Whether the model named `path` is loaded (by name: `load` still checks the file itself)."""
         return self._model is not None and self._path == Path(path).expanduser()
@@ -213,6 +223,7 @@ class Transcriber:
         audio_float32: Any,
         *,
         path: Path,
+        key: ModelKey | None = None,
         language: str = "en",
         cancel: Any = None,
         prompt: str = "",
@@ -221,14 +232,16 @@ class Transcriber:
         """The text and the language whisper heard (`auto` is resolved to the detected code).
 
         `prompt` is the text said just before (whisper continues it instead of starting a new
-        sentence); `translate` asks for English whatever was spoken. `cancel` (anything with
+        sentence); `translate` asks for English whatever was spoken. `key`, the file's key
+        from an earlier call of the same utterance, skips opening the file again while that
+        model is still the resident one. `cancel` (anything with
         is_set()) aborts whisper.cpp between encoder/decoder steps and raises Cancelled.
         """
         import numpy as np
 
         audio = np.ascontiguousarray(_as_float32(audio_float32), dtype=np.float32)
         with self._lock:
-            self.load(path)
+            self._ensure_loaded(path, key)
             if audio.size < MIN_SAMPLES:  # whisper.cpp would keep the previous call's segments
                 return Words("", language)
             words = self._run(_pad_to_whisper_minimum(audio), language, cancel, prompt, translate)
@@ -236,14 +249,14 @@ class Transcriber:
             raise Cancelled("The transcription was cancelled.")
         return words
 
-    def detect(self, audio_float32: Any, *, path: Path, cancel: Any = None) -> Detected:
+    def detect(self, audio_float32: Any, *, path: Path, key: ModelKey | None = None, cancel: Any = None) -> Detected:
         """The language spoken in the first `DETECT_MAX_SAMPLES` of the audio, with whisper's
         probability for it (an English-only model hears only English)."""
         import numpy as np
 
         audio = np.ascontiguousarray(_as_float32(audio_float32)[:DETECT_MAX_SAMPLES], dtype=np.float32)
         with self._lock:
-            self.load(path)
+            self._ensure_loaded(path, key)
             detected = self._detect(audio) if self._multilingual else Detected("en", 1.0)
         if cancel is not None and cancel.is_set():
             raise Cancelled("The transcription was cancelled.")

@@ -93,14 +93,19 @@ def _language(value: Any) -> bool:
     return LANGUAGE.fullmatch(value) is not None and (code in WHISPER_CODES or value.lower() == "auto")
 
 
+def _name(v: Any, longest: int) -> bool:
+    """A model name: 1..longest characters and no C0/C1 control character (CR, LF, ESC...)."""
+    return _text(v, 1, longest) and not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in v)
+
+
 VALID = {
     "duration_ms": lambda v: _whole(v, 100, 30000),
     "silence_ms": lambda v: _whole(v, 100, 10000),
     "device": lambda v: _whole(v, 0) or _text(v, 1, 512),
     "stop_on_silence": lambda v: isinstance(v, bool),
-    "whisper_model": lambda v: _blank(v) or _text(v, 1, 1024),
+    "whisper_model": lambda v: _blank(v) or _name(v, 1024),
     "language": _language,
-    "model": lambda v: _blank(v) or _text(v, 1, 200),
+    "model": lambda v: _blank(v) or _name(v, 200),
     "prompt": lambda v: _text(v, 0, 100_000),
 }
 

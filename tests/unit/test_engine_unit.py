@@ -25,7 +25,6 @@ from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryAr
 from mcp_listen.contract.results import Answered, Captured, Transcribed
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import DeviceBusy, LLMError
-from mcp_listen.whisper.transcriber import Detected
 
 LOUD, QUIET = 3000, 0
 MIC = InputDevice(7, "Scripted Mic", "test:scripted", 1, 16000.0, True)
@@ -91,15 +90,26 @@ class FakeWhisper:
     def check_language(self, model_path: Path, language: str, translate: bool) -> None:
         pass
 
-    def transcribe(self, samples, model_path, language, cancel=None, prompt="", translate=False) -> Words:
-        self.heard.append(len(samples))
-        return Words(self.text, language)
+    def open_session(self, model_path: Path, *, translate: bool, cancel: Any) -> FakeSession:
+        return FakeSession(self, model_path)
 
-    def detect(self, samples, model_path, cancel=None) -> Detected:
-        return Detected("en", 1.0)
 
-    def preload(self, model_path: Path) -> None:
-        self.preloaded.append(model_path)
+@dataclass
+class FakeSession:
+    """One utterance's whisper: records into its FakeWhisper what the engine's phrases asked."""
+
+    whisper: FakeWhisper
+    model_path: Path
+
+    def preload(self) -> None:
+        self.whisper.preloaded.append(self.model_path)
+
+    def transcribe(self, samples, prompt, language, abort=None) -> tuple[str, str]:
+        self.whisper.heard.append(len(samples))
+        return self.whisper.text, language
+
+    def detect(self, samples, abort=None) -> tuple[str, float]:
+        return "en", 1.0
 
 
 class FakeLLM:
@@ -198,32 +208,55 @@ def test_an_llm_failure_keeps_the_transcription(tmp_path):
 
 
 class _Transcriber:
-    """A transcriber that holds one model, by name, and records the loads asked of it."""
+    """A transcriber that holds one model, by name, and records the loads and runs asked of it."""
 
     def __init__(self, holds: Path | None) -> None:
-        self.holds, self.loads = holds, []
+        self.holds, self.loads, self.keys = holds, [], []
+
+    @property
+    def key(self) -> tuple[int, int, int, int] | None:
+        return (1, 2, 3, 4) if self.holds is not None else None
 
     def resident(self, path: Path) -> bool:
         return path == self.holds
 
     def load(self, path: Path) -> None:
         self.loads.append(path)
+        self.holds = path
+
+    def hear(self, audio: Any, *, path: Path, key: Any = None, **options: Any) -> Words:
+        self.keys.append(key)
+        if key is None or key != self.key:  # as Transcriber does: no key, or another file resident
+            self.load(path)
+        return Words("Hello.", "en")
 
 
 @pytest.mark.parametrize("resident", [True, False], ids=["resident", "not loaded"])
 def test_whisper_is_preloaded_only_when_the_model_is_not_resident(tmp_path, resident):
-    from mcp_listen.engine.parts import Whisper
+    from mcp_listen.whisper.session import Session
 
     model = tmp_path / "ggml-tiny.en.bin"
     transcriber = _Transcriber(model if resident else None)
-    part = Whisper(Settings())
-    part.transcriber = lambda: transcriber  # type: ignore[method-assign]
-    part.preload(model)
+    session = Session(transcriber, model, translate=False, cancel=None)  # type: ignore[arg-type]
+    session.preload()
     deadline = time.monotonic() + 2
     while not transcriber.loads and time.monotonic() < deadline and not resident:
         time.sleep(0.01)
     time.sleep(0.1)  # a preload thread started by mistake would have loaded by now
     assert transcriber.loads == ([] if resident else [model])
+
+
+def test_a_session_admits_the_model_once_for_all_its_phrases(tmp_path):
+    """Later phrases pass the key of the file admitted first: the transcriber does not open it again."""
+    from mcp_listen.whisper.session import Session
+
+    model = tmp_path / "ggml-tiny.en.bin"
+    transcriber = _Transcriber(None)
+    session = Session(transcriber, model, translate=False, cancel=None)  # type: ignore[arg-type]
+    silence = np.zeros(16000, dtype=np.int16)
+    for _ in range(3):
+        assert session.transcribe(silence, "", "en") == ("Hello.", "en")
+    assert transcriber.loads == [model] and transcriber.keys == [None, (1, 2, 3, 4), (1, 2, 3, 4)]
 
 
 def test_the_ollama_client_is_warmed_once_per_process(monkeypatch):
