@@ -1,10 +1,18 @@
 """The engine: capture -> (VAD endpointing) -> transcribe -> ask, producing typed results.
 
-This module composes the parts and knows nothing of MCP or of the wire: server.py and
-cli.py both call it and turn its results (results.py) into the contract's JSON, so the CLI
-debugs exactly the code path the tools run. Its collaborators are the small protocols of
-engine_parts.py, the real parts by default. Everything here is blocking and meant to run in
-a worker thread; `stop` is how a caller cancels, `progress` how it hears what is happening.
+This module composes the parts and knows nothing of MCP or of the wire: server.app and
+cli.commands both call it and turn its results (contract.results) into the contract's JSON,
+so the CLI debugs exactly the code path the tools run. Its collaborators are the small
+protocols of engine.parts, the real parts by default. Everything here is blocking and meant
+to run in a worker thread; `stop` is how a caller cancels, `progress` how it hears what is
+happening.
+
+One voice_query, warm (model resident, Ollama answered before): the Ollama check (its
+`ollama-get` thread, unless its answer is still cached), the microphone's `mcp-listen-audio`,
+the phrase worker's `mcp-listen-phrases`, `ollama-chat`, and the allocator trim
+(`mcp-listen-trim`): 5 threads, counted from the code. It was 7: the LLM client was warmed
+and the model preloaded on every call; now the warm-up runs once per process and the preload
+only when the model is not resident (tests/unit/test_engine_unit.py proves both).
 """
 
 from __future__ import annotations
