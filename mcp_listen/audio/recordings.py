@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mcp_listen.errors import StorageError
+from mcp_listen.files import CLOEXEC, NOFOLLOW
 
 try:
     import fcntl
@@ -48,8 +49,6 @@ NEXT_MS_NAMES = 10
 RANDOM_NAMES = 1000
 """Random 32-bit suffixes tried after that; all taken would need billions of planted names."""
 _DIR_FD = os.open in os.supports_dir_fd and os.link in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
-NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def recording_name(epoch_ms: int) -> str:

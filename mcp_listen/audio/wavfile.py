@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from mcp_listen.audio.recordings import CLOEXEC, HEADER_BYTES, NOFOLLOW, RANDOM_NAMES, Folder, final_names, folder_hint
+from mcp_listen.audio.recordings import HEADER_BYTES, RANDOM_NAMES, Folder, final_names, folder_hint
 from mcp_listen.errors import InvalidArgument, StorageError
+from mcp_listen.files import NEW_FILE, READ_ANY_KIND
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,11 +61,10 @@ def write_recording(folder: Folder, samples: np.ndarray, sample_rate: int) -> Pa
 
 def _create_partial(folder: Folder) -> tuple[str, int]:
     """A new, empty, locked temporary file in `folder`: (name, descriptor)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | getattr(os, "O_BINARY", 0)
     for _ in range(RANDOM_NAMES):
         name = f".mcp-listen-{int(time.time() * 1000)}-{secrets.token_hex(4)}.partial"
         try:
-            fd = os.open(flags=flags, mode=FILE_MODE, **folder.at(name))
+            fd = os.open(flags=NEW_FILE, mode=FILE_MODE, **folder.at(name))
         except FileExistsError:
             continue
         except OSError as exc:
@@ -172,9 +172,8 @@ class UserFile:
         """Write the WAV under a hidden name beside the target, then give it the target's name."""
         self.check()  # again: the path may have changed while we recorded
         partial = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.partial")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | getattr(os, "O_BINARY", 0)
         try:
-            fd = os.open(partial, flags, FILE_MODE)
+            fd = os.open(partial, NEW_FILE, FILE_MODE)
         except OSError as exc:
             raise StorageError(f"Cannot write {self.path}: {exc.strerror}.") from None
         try:
@@ -218,7 +217,7 @@ def _kind_at(path: Path) -> str | None:
 def open_regular(path: Path) -> BinaryIO:
     """Open a WAV the user named for reading, only if it is a regular file: a FIFO would block
     the open forever and a device may be endless (the server opens model files the same way)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | CLOEXEC)
+    fd = os.open(path, READ_ANY_KIND)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -17,15 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_listen.errors import TranscriptionError, command
+from mcp_listen.files import READ_ANY_KIND
 from mcp_listen.whisper.names import short_name
 
-_OPEN_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NONBLOCK", 0)  # a FIFO or device must not block the open
-    | getattr(os, "O_NOCTTY", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
 _PROC_FD = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 _NOT_A_FILE = [
     (stat.S_ISFIFO, "a pipe (FIFO)"),
@@ -77,7 +71,7 @@ def _opened(path: Path) -> Iterator[_ModelFile]:
     """
     try:
         _refuse_special(path, os.stat(path))
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(path, READ_ANY_KIND)
     except OSError as exc:
         raise _os_error(path, exc) from None
     try:

@@ -33,6 +33,7 @@ from urllib.parse import unquote
 
 from mcp_listen.config import redact_url
 from mcp_listen.errors import TranscriptionError, command
+from mcp_listen.files import NEW_FILE
 from mcp_listen.whisper.names import SUGGESTED_MODEL, short_name
 
 if TYPE_CHECKING:
@@ -80,14 +81,6 @@ STANDARD_MODELS_SHA1: dict[str, str] = {
 STANDARD_MODELS: tuple[str, ...] = tuple(STANDARD_MODELS_SHA1)
 
 _LARGEST = "(large-v3, the largest standard model, has 3.1 GB)"
-_PARTIAL_FLAGS = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | os.O_EXCL
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
 
 
 @dataclass(frozen=True)
@@ -357,7 +350,7 @@ def _open_partial(job: _Job) -> int:
     """
     _remove_partial(job.partial)
     try:
-        return os.open(job.partial, _PARTIAL_FLAGS, 0o600)
+        return os.open(job.partial, NEW_FILE, 0o600)
     except OSError as exc:
         raise TranscriptionError(
             f"Cannot create {job.partial}: {exc.strerror}. "
