@@ -200,7 +200,7 @@ def _name(limit: int) -> Callable[[str], str]:
 def normalize_ollama_host(raw: str) -> str:
     """Accept the forms Ollama accepts: `host`, `host:port`, `:port`, or a URL.
 
-    `user:password@` before the host is kept (ollama_http.py sends it as HTTP basic auth, for an Ollama
+    `user:password@` before the host is kept (ollama/http.py sends it as HTTP basic auth, for an Ollama
     behind a reverse proxy); show the result to people only through `redact_url`.
     """
     host = raw.strip()

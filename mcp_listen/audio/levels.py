@@ -1,7 +1,7 @@
 """Sound levels in dBFS: the one home of the math the endpointer, the CLI's meter and doctor share.
 
 Pure; numpy is imported on first use (callers already hold numpy arrays), so importing this
-module costs nothing. vad.py, doctor_audio.py and the CLI's meter use it instead of each
+module costs nothing. speech/vad.py, cli/doctor_audio.py and the CLI's meter use it instead of each
 writing its own log10.
 """
 

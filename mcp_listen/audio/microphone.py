@@ -5,7 +5,7 @@ The caller pulls windows, in sounddevice's generator shape:
     with recorder.claimed(tool, stop) as claim, recorder.open(find_device, stop=stop) as microphone:
         for window in microphone: ...
 
-The PortAudio callback only copies blocks into a queue (stream_open.py); windows are cut,
+The PortAudio callback only copies blocks into a queue (audio/stream.py); windows are cut,
 resampled and handed out in the caller's thread, so a slow consumer can never make the audio
 thread drop samples. Lengths are counted in samples, not wall-clock time. A watchdog turns
 "callbacks stopped" (device unplugged, sound server gone: PortAudio raises nothing) into an

@@ -8,7 +8,7 @@ swapped in meanwhile is never followed, and a folder moved away is an error, not
 
 Names: a recording is `mcp-listen-<ms>.wav` (then <ms+1> ... and random suffixes, so a free name
 is always found); a WAV being written is a hidden `.mcp-listen-<ms>-<hex>.partial`, flock-ed by
-its writer (wavfile.py). The start-up sweep removes partials no process holds locked at once and
+its writer (audio/wavfile.py). The start-up sweep removes partials no process holds locked at once and
 our recordings after 24 hours; it deletes only regular files named exactly like ours: never a
 symlink, never anything else in the folder.
 

@@ -3,7 +3,7 @@
 The blocking PortAudio calls (find the device, open, start, close) run in the audio thread:
 a frozen sound server can hold them for ~30 s and nothing interrupts them, so the caller
 waits with a deadline and its stop event and can walk away. The stream's callback only
-copies blocks into a queue; recorder.py turns them into windows in the caller's thread.
+copies blocks into a queue; audio/microphone.py turns them into windows in the caller's thread.
 """
 
 from __future__ import annotations

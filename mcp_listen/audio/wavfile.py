@@ -6,7 +6,7 @@ by a hard link that never replaces an existing file; a free name is always found
 killed mid-write therefore leaves no short `.wav`, only a partial that no process holds locked,
 and the next start removes those at once (recordings.sweep).
 
-The folder itself (creating, checking, holding it open, the names, the sweep) is recordings.py.
+The folder itself (creating, checking, holding it open, the names, the sweep) is audio/recordings.py.
 """
 
 from __future__ import annotations

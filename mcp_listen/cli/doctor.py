@@ -1,14 +1,14 @@
 """`mcp-listen doctor`: check everything voice_query needs, in order, and say how to fix what fails.
 
-A composition module like pipeline.py: it calls the same components the tools use (device
+A composition module like engine/engine.py: it calls the same components the tools use (device
 listing, the recorder, the Silero session, whisper model resolution and validation, the Ollama
 probe), so a check that passes here means the tool's own code path works. Each check yields a
 Check with a status (ok, warn, fail, skip), one line of detail and, when it failed, the exact
 remedy. Nothing here prints: `format_report` returns text and the CLI prints it.
 
 This module runs the checks in order and owns the configuration, whisper model and Ollama
-checks; the audio checks are in doctor_audio.py, the Check record, readiness and the text in
-doctor_report.py (their public names are re-exported here).
+checks; the audio checks are in cli/doctor_audio.py, the Check record, readiness and the text in
+cli/doctor_report.py (their public names are re-exported here).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The doctor's audio checks: PortAudio loads, the microphone is there, it delivers sound, Silero runs.
 
 Each calls the component the tools use (device listing, the recorder, the shared Silero
-session), so a pass here means the tool's own code path works. The levels come from levels.py,
+session), so a pass here means the tool's own code path works. The levels come from audio/levels.py,
 the meter the endpointer uses.
 """
 

@@ -1,6 +1,6 @@
 """The doctor's report: one Check per dependency, which tools are ready, and the text for a person.
 
-Kept apart from the checks (doctor.py, doctor_audio.py) so the record every check returns and
+Kept apart from the checks (cli/doctor.py, cli/doctor_audio.py) so the record every check returns and
 the readiness rule have one home; nothing here touches a device, a model or the network.
 """
 

@@ -7,7 +7,7 @@ argument, the accepted range and the value received. `null` means "use the
 default". Result models give each tool its `outputSchema`; results are dumped
 with `exclude_unset`, so a field is present exactly when the contract says so.
 The numbers these models and their descriptions state (ranges, defaults, the audio
-format) live in limits.py and are re-exported here.
+format) live in contract/limits.py and are re-exported here.
 """
 
 from __future__ import annotations

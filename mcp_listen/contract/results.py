@@ -1,8 +1,8 @@
 """What the engine returns, typed, and the one place that turns it into the contract's JSON.
 
-pipeline.Engine answers in these frozen dataclasses and knows nothing of the wire; the
-adapters (server.py for the tools, commands.py for the CLI) call `wire()` and get exactly
-the result dicts the contract (contracts.py) and the Node edition define. `Tools` is what
+engine.Engine answers in these frozen dataclasses and knows nothing of the wire; the
+adapters (server/app.py for the tools, cli/commands.py for the CLI) call `wire()` and get exactly
+the result dicts the contract (contract/models.py) and the Node edition define. `Tools` is what
 an adapter needs of an engine, so the MCP adapter can run in memory against a fake one.
 """
 
@@ -93,7 +93,7 @@ class Status:
 
 
 class Tools(Protocol):
-    """What an adapter needs of an engine (pipeline.Engine)."""
+    """What an adapter needs of an engine (engine.Engine)."""
 
     settings: Settings
     shutdown: threading.Event

@@ -179,7 +179,7 @@ class Engine:
     ) -> Transcribed:
         """Record and transcribe; the text is None when nobody spoke or no usable words came out.
 
-        Finished phrases are transcribed during the recording (phrases.py), and what was said
+        Finished phrases are transcribed during the recording (speech/phrases.py), and what was said
         so far as soon as the speaker pauses, so little or nothing is left when they stop;
         whisper loads once speech is heard.
         """

@@ -1,7 +1,7 @@
 """The engine's collaborators as small protocols, and the real parts that are their defaults.
 
-pipeline.Engine reaches the microphone, the device list, whisper and Ollama only through
-these protocols (the VAD through listening.VoiceDetector), so each can be replaced by a
+engine.Engine reaches the microphone, the device list, whisper and Ollama only through
+these protocols (the VAD through speech.listener.VoiceDetector), so each can be replaced by a
 fake in a test. `Whisper` and `Ollama` are the real parts: thin compositions of the
 components (transcriber, model_names, model_check, llm), imported on first use.
 """
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class WindowSource(Protocol):
-    """An open microphone (recorder.Microphone): 512-sample int16 windows at 16 kHz, pulled."""
+    """An open microphone (audio.microphone.Microphone): 512-sample int16 windows at 16 kHz, pulled."""
 
     device: Any
 
@@ -34,7 +34,7 @@ class WindowSource(Protocol):
 
 
 class Microphones(Protocol):
-    """The one-recording claim and the open microphone (recorder.Recorder)."""
+    """The one-recording claim and the open microphone (audio.microphone.Recorder)."""
 
     portaudio: Any
 

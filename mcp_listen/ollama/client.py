@@ -2,7 +2,7 @@
 and errors that say what to do.
 
 The HTTP exchange itself (address, bounded reads, no redirects, the worker thread that owns the
-socket) is ollama_http.py; this module is the question and answer: the messages sent, the wait
+socket) is ollama/http.py; this module is the question and answer: the messages sent, the wait
 on the worker's events (checking the deadline and cancel event every 0.1 s, and abandoning the
 worker on leaving), the doctor's probe, the pre-check before the microphone opens, and the
 mapping of every failure to a stable LLMError code with a remedy.

@@ -9,7 +9,7 @@ a daemon worker thread that owns its connection; every read waits at most until 
 MAX_LINE_BYTES and the reply text may not exceed MAX_REPLY_CHARS. `abandon` shuts the socket
 down, which wakes the worker at once: no thread or socket outlives the call by more than a moment.
 
-Failures are raised as the small exceptions below; llm.py turns them into LLMErrors.
+Failures are raised as the small exceptions below; ollama/client.py turns them into LLMErrors.
 The host may carry `user:password@` (sent as basic auth); messages show it only redacted.
 Nothing here logs the prompt, the text or the reply.
 

@@ -1,7 +1,7 @@
 """The MCP adapter: the only module that imports `mcp`.
 
-It declares the tools, validates arguments (contracts.py), hands the blocking work
-to a worker thread (pipeline.Engine), bridges cancellation and progress, and turns
+It declares the tools, validates arguments (contract/models.py), hands the blocking work
+to a worker thread (engine.Engine), bridges cancellation and progress, and turns
 results and ListenErrors into CallToolResults: a success is structured content plus
 one text block holding the same JSON; an error is two text blocks (see error_result).
 It decides nothing about audio.
@@ -183,7 +183,7 @@ def error_result(exc: ListenError) -> types.CallToolResult:
 
 
 def build_server(engine: Tools) -> Server:
-    """The MCP server with its five tools bound to `engine` (pipeline.Engine, or a fake in tests)."""
+    """The MCP server with its five tools bound to `engine` (engine.Engine, or a fake in tests)."""
     specs = {spec.name: spec for spec in TOOLS}
     listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in TOOLS])
     in_flight = InFlight(coerce_request_id)
@@ -243,5 +243,6 @@ MESSAGE_KINDS = MessageKinds(
     response=types.JSONRPCResponse,
     error=types.JSONRPCError,
     invalid_params=types.INVALID_PARAMS,
+    invalid_request=types.INVALID_REQUEST,
 )
 """What the stdin ledger (ledger.py, mcp-free) needs to tell the SDK's messages apart."""

@@ -1,4 +1,4 @@
-"""One tool call's link to its client, and the calls in flight: mcp-free, used by server.py.
+"""One tool call's link to its client, and the calls in flight: mcp-free, used by server/app.py.
 
 `Call` runs a call's blocking work in a worker thread of its own budget, and carries its
 stop event and progress reports; `InFlight` finds every call a notifications/cancelled names.
@@ -96,7 +96,7 @@ class InFlight:
     def __init__(self, request_key: Callable[[Any], Any] = lambda request_id: request_id) -> None:
         self._calls: dict[Any, list[Call]] = {}
         self._key = request_key
-        """The SDK's request-id normaliser (1 and "1" may name one request), given by server.py."""
+        """The SDK's request-id normaliser (1 and "1" may name one request), given by server/app.py."""
 
     def add(self, ctx: Any, call: Call) -> Callable[[], None]:
         """Track `call`; returns the function that forgets it."""

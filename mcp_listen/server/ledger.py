@@ -1,7 +1,7 @@
 """The stdin ledger: every request read from the wire gets its answer before the server ends,
 and every message written can be encoded.
 
-mcp-free: server.py (the only module importing `mcp`) hands it the SDK's message classes.
+mcp-free: server/app.py (the only module importing `mcp`) hands it the SDK's message classes.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MessageKinds:
-    """The SDK's JSON-RPC message classes, and its invalid-params error code."""
+    """The SDK's JSON-RPC message classes, and its invalid-params and invalid-request error codes."""
 
     request: Any
     notification: Any
     response: Any
     error: Any
     invalid_params: int
+    invalid_request: int
 
 
 EOF_GRACE_S = 1.0
@@ -35,13 +36,12 @@ lifecycle's exit deadline (2 s after EOF) must stay above it."""
 
 NOT_INITIALIZED = "Not initialized: send initialize (then notifications/initialized) before {method}."
 OVERSIZED_METHOD = "mcp-listen/oversized-message"
-"""The method of the stand-in that lifecycle.BoundedLines reads in place of a request over its
+"""The method of the stand-in that server.stdio.BoundedLines reads in place of a request over its
 size limit; its answer becomes TOO_LARGE."""
 TOO_LARGE = (
     "Message too large: {bytes} bytes, the limit is {limit} bytes (the longest valid call fits). Send a "
     "shorter prompt or arguments."
 )
-INVALID_REQUEST = -32600
 
 
 class Ledger:
@@ -82,7 +82,7 @@ class Ledger:
         message = item.message
         too_large = self.oversized.pop(getattr(message, "id", None), None)
         if too_large and isinstance(message, self.kinds.error):
-            message.error.code, message.error.message, message.error.data = INVALID_REQUEST, too_large, None
+            message.error.code, message.error.message, message.error.data = self.kinds.invalid_request, too_large, None
             return item
         method = self.early.pop(getattr(message, "id", None), None)
         if method and isinstance(message, self.kinds.error) and message.error.code == self.kinds.invalid_params:

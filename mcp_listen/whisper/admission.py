@@ -1,8 +1,8 @@
 """`validate_model_file`: prove whisper.cpp can load and run a model file here, before it sees it.
 
-The file is opened as a regular file only (model_file.py), walked the way this build's loader
-reads it (ggml.py, cached per file), its memory need checked against the room now
-(model_memory.py), and on request test-loaded ahead in a child process (model_probe.py).
+The file is opened as a regular file only (whisper/model_file.py), walked the way this build's loader
+reads it (whisper/ggml.py, cached per file), its memory need checked against the room now
+(whisper/memory.py), and on request test-loaded ahead in a child process (whisper/probe.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _walked_lock = threading.Lock()
 def validate_model_file(path: Path, threads: int | None = None, *, probe_ahead: bool = False) -> None:
     """Raise TranscriptionError unless this whisper.cpp build can load and run `path` here.
 
-    The file must be a regular file holding a whole, well-typed whisper model (ggml.py: a few
+    The file must be a regular file holding a whole, well-typed whisper model (whisper/ggml.py: a few
     ms of seeks for any size, cached by device, inode, size and mtime, so a re-downloaded file
     is checked again), and the memory it needs must be available now (never cached).
     `probe_ahead` also starts the test load (_probe) in the background, for a caller that is

@@ -1,7 +1,7 @@
 """Whisper model names: `base.en` <-> `ggml-base.en.bin`, and a name or path -> an existing file.
 
 Pure path logic (no file is opened here): the model store lists and pulls by these names, the
-checks in model_file.py / model_check.py name the `models pull` remedy with them.
+checks in whisper/model_file.py / whisper/admission.py name the `models pull` remedy with them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A pull streams into `ggml-NAME.bin.partial` and renames it to `ggml-NAME.bin` on
 whole file arrived and was verified, so an interrupted or corrupt download never leaves a file
 that whisper.cpp would crash on. Verification here is the published SHA-1 (when the name is a
 standard model) plus the GGML magic bytes; the structural check of the file lives in
-`model_check.validate_model_file` (components do not import each other; the caller composes).
+`whisper.admission.validate_model_file` (components do not import each other; the caller composes).
 
 The server is not trusted to behave: a pull is bounded in size (MAX_MODEL_BYTES, and never more
 than the announced Content-Length) and in time (a deadline that grows with the size, checked

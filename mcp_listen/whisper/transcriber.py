@@ -2,9 +2,9 @@
 
 whisper.cpp does not fail cleanly on a bad file (a null context segfaults at the first
 transcription; files it half-accepts abort the whole process), and `whisper_model` is caller
-input. So before whisper.cpp sees a file it is opened only as a regular file (model_file.py),
-walked as this build's loader reads it (ggml.py, model_check.py), checked against the memory
-available (model_memory.py) and test-loaded in a probe process (model_probe.py); all of them
+input. So before whisper.cpp sees a file it is opened only as a regular file (whisper/model_file.py),
+walked as this build's loader reads it (whisper/ggml.py, whisper/admission.py), checked against the memory
+available (whisper/memory.py) and test-loaded in a probe process (whisper/probe.py); all of them
 and the load read the one open descriptor. While loading we still listen to whisper.cpp's log
 for "failed to load model". At exit a hook aborts a running transcription and waits for it:
 whisper.cpp segfaults if the interpreter tears down while a thread is inside whisper.cpp.
