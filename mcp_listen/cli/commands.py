@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from mcp_listen.audio.levels import level_db
 from mcp_listen.audio.wavfile import UserFile
 from mcp_listen.config import Settings
 from mcp_listen.contract import models as contracts
-from mcp_listen.contract.limits import SAMPLE_RATE, SAMPLE_RATE_KHZ
+from mcp_listen.contract.limits import PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.contract.results import wire
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
@@ -61,7 +62,7 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
     out = UserFile(opts.out, replace=opts.force) if opts.out is not None else None
     meter = _Meter() if sys.stderr.isatty() else None
     try:
-        result = Engine(settings).capture(args, out=out, meter=meter, progress=_say)
+        result = Engine(settings).capture(args, out=out, meter=meter, progress=_Say())
     finally:
         if meter:
             meter.close()
@@ -72,14 +73,24 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, *WHISPER_FIELDS)
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
-    print_json(wire(Engine(settings).transcribe_voice(args, progress=_say)))
+    say = _Say()
+    try:
+        result = Engine(settings).transcribe_voice(args, progress=say)
+    finally:
+        say.close()
+    print_json(wire(result))
     return EXIT_OK
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, *WHISPER_FIELDS, "model", "prompt")
     args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
-    print_json(wire(Engine(settings).voice_query(args, progress=_say)))
+    say = _Say()
+    try:
+        result = Engine(settings).voice_query(args, progress=say)
+    finally:
+        say.close()
+    print_json(wire(result))
     return EXIT_OK
 
 
@@ -147,8 +158,38 @@ def _read_wav(path: Any) -> Any:
     return np.frombuffer(data, dtype="<i2")
 
 
-def _say(done: float, total: float | None, message: str) -> None:
-    print(f"\r\033[K{message}", file=sys.stderr, flush=True)
+class _Say:
+    """Progress on stderr. On a terminal the words heard so far are one live line, rewritten as
+    they come, and each phase is shown once (not "Listening" each second); piped to a file or a
+    log, each phase is a plain line and the words are left out (the result holds them)."""
+
+    def __init__(self) -> None:
+        self.live = sys.stderr.isatty()
+        self._words_shown = False
+        self._shown: set[str] = set()
+
+    def __call__(self, done: float, total: float | None, message: str) -> None:
+        if message.startswith(PARTIAL_PREFIX):
+            if self.live:
+                width = max(20, shutil.get_terminal_size().columns - 1)
+                words = message[len(PARTIAL_PREFIX) :]
+                words = words if len(words) <= width else "…" + words[-(width - 1) :]
+                sys.stderr.write(f"\r\033[K{words}")
+                sys.stderr.flush()
+                self._words_shown = True
+            return
+        if self.live and message in self._shown:
+            return
+        self._shown.add(message)
+        self.close()
+        print(f"\r\033[K{message}" if self.live else message, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """End the live line of words (they stay on screen) before anything else is printed."""
+        if self._words_shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self._words_shown = False
 
 
 class _Meter:

@@ -40,6 +40,18 @@ MAX_PROMPT_CHARS = 100_000
 MAX_WHISPER_MODEL_CHARS = 1024
 MAX_LLM_MODEL_CHARS = 200
 MAX_DEVICE_CHARS = 512
+PARTIAL_TEXT_CHARS = 200
+"""The transcript so far in a progress message holds at most this many characters (its end)."""
+PARTIAL_PREFIX = "Partial transcript: "
+"""How a progress message carrying the words heard so far begins: a client can tell it from the phases."""
+
+
+def partial_message(text: str) -> str:
+    """The progress message for the transcript so far: its latest PARTIAL_TEXT_CHARS characters."""
+    text = " ".join(text.split())
+    if len(text) > PARTIAL_TEXT_CHARS:
+        text = "…" + text[-(PARTIAL_TEXT_CHARS - 1) :].lstrip()
+    return PARTIAL_PREFIX + text
 
 
 def has_control_characters(text: str) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from mcp_listen.audio.levels import level_db
+from mcp_listen.contract.limits import partial_message
 from mcp_listen.contract.models import (
     CAPTURE_DURATION_MS,
     LISTEN_DURATION_MS,
@@ -81,6 +82,11 @@ class PhraseSink(Protocol):
     def speculate(self, audio: Any, key: tuple[int, int]) -> None: ...
 
     def detect(self, audio: Any) -> None: ...
+
+    @property
+    def so_far(self) -> str:
+        """The words transcribed so far (phrases done, then the latest guess)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,8 @@ class Listener:
         self.phrase_start_frame = 0
         self._kept: list[Any] = []
         self._speculated: tuple[int, int] | None = None
+        self._told = ""
+        """The transcript so far as last reported."""
         self._cutter = PhraseCutter() if phrases is not None else None
         self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
         """Windows after the onset at which the language is detected."""
@@ -218,9 +226,19 @@ class Listener:
                 self._detect_language(endpointer, self.phrases)
         if self.meter is not None:
             self.meter(window, speaking)
-        if self.progress and self.windows % self.PERIOD_WINDOWS == 0 and reason is None:
-            self.progress(self.elapsed_ms, self.plan.max_ms, "Listening")
+        if self.progress and reason is None:
+            if self.windows % self.PERIOD_WINDOWS == 0:
+                self.progress(self.elapsed_ms, self.plan.max_ms, "Listening")
+            self._report_words(self.progress)
         return reason
+
+    def _report_words(self, progress: Progress) -> None:
+        """The transcript so far, each time it changed (a phrase or a guess transcribed): the user
+        sees the words while still speaking. Read from the worker here, so one thread reports."""
+        so_far = self.phrases.so_far if self.phrases is not None else ""
+        if so_far and so_far != self._told:
+            self._told = so_far
+            progress(self.elapsed_ms, self.plan.max_ms, partial_message(so_far))
 
     @property
     def elapsed_ms(self) -> int:

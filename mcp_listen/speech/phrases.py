@@ -69,6 +69,9 @@ class PhraseWorker:
         """The language asked for; once a phrase was heard, the one whisper heard."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._texts: list[str] = []
+        self.so_far = ""
+        """The words heard so far: every finished phrase, then the latest guess at the one after.
+        Replaced whole (one assignment) by the worker thread, read by the listener's."""
         self._error: BaseException | None = None
         self._speculation: _Job | None = None
         self._early_guess: str | None = None
@@ -173,6 +176,8 @@ class PhraseWorker:
             job.text = text
         else:
             self._texts.append(text)
+        if not job.abort.is_set():
+            self.so_far = join_phrases([*self._texts, text] if job.speculative else self._texts)
 
 
 _SENTENCE_END = re.compile(r"(?:\.\.\.|…|(?<![.?!])\.)$")

@@ -244,6 +244,24 @@ def test_query_runs_the_whole_voice_query_from_a_terminal(env, vmic, ollama, mod
     result = json.loads(out)
     assert set(result) == {"transcription", "response", "model"} and result["response"] == "Paris."
     assert "capital" in result["transcription"].lower()
+    assert "capital" not in err.decode().lower(), "piped, the words so far stay out of stderr"
+
+
+def test_listen_on_a_terminal_shows_the_words_while_the_user_speaks(env, vmic, model_path):
+    first, second = "I went to the store to buy some bread and some milk for the", "children and for me."
+    clip = A.concat([A.silence(300), A.speech(first), A.silence(600), A.speech(second), A.silence(2500)])
+    player = []
+
+    def play():
+        time.sleep(2.5)
+        player.append(vmic.play(clip, block=False))
+
+    code, screen = _run_on_a_terminal(["listen", "--whisper-model", str(model_path)], env, during=play)
+    player[0].wait(timeout=30)
+    assert code == 0, screen
+    heard_at = screen.lower().find("milk")
+    assert 0 <= heard_at < screen.index("Recording finished"), screen  # shown before the recording ended
+    assert "Partial transcript" not in screen, "on a terminal the words are the live line itself"
 
 
 def test_models_pull_downloads_verifies_and_lists(tmp_path, model_path):

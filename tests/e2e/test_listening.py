@@ -27,3 +27,32 @@ async def test_a_pause_inside_a_sentence_is_not_a_sentence_break(vmic, tmp_path,
     text = result.structured_content["transcription"]
     assert wer(f"{FIRST} {SECOND}", text) <= 0.35, text
     assert not re.search(r"\bthe\s*[.!?]", text, re.IGNORECASE), text
+
+
+async def test_the_words_so_far_come_in_progress_messages_while_the_user_speaks(vmic, tmp_path, model_path):
+    """The first part is cut and transcribed while the second is spoken: its words reach the client
+    in a progress message before the recording ends, and they are the words of the result."""
+    from mcp_listen.contract.limits import PARTIAL_PREFIX, PARTIAL_TEXT_CHARS
+
+    clip = A.concat([A.silence(300), A.speech(FIRST), A.silence(600), A.speech(SECOND), A.silence(2500)])
+    env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    messages: list[str] = []
+
+    async def on_progress(progress, total, message):
+        messages.append(message or "")
+
+    async with mcp_client(env) as client:
+        result = await call_while_playing(
+            client, vmic, "transcribe_voice", {"whisper_model": str(model_path)}, clip, progress_callback=on_progress
+        )
+    assert not result.is_error, result.content[0].text
+    final = result.structured_content["transcription"]
+    partials = [m.removeprefix(PARTIAL_PREFIX) for m in messages if m.startswith(PARTIAL_PREFIX)]
+    assert partials, messages
+    assert all(0 < len(words) <= PARTIAL_TEXT_CHARS for words in partials)
+    first_shown = messages.index(PARTIAL_PREFIX + partials[0])
+    assert first_shown < next(i for i, m in enumerate(messages) if m.startswith("Recording finished")), messages
+    assert wer(FIRST, partials[0]) <= 0.35 or wer(f"{FIRST} {SECOND}", partials[0]) <= 0.35, partials
+    said = set(re.findall(r"[a-z']+", final.lower()))
+    shown = re.findall(r"[a-z']+", partials[-1].lower())
+    assert sum(word in said for word in shown) >= 0.8 * len(shown), (partials[-1], final)

@@ -148,3 +148,14 @@ def test_schemas_state_the_effective_defaults():
     assert props["language"]["default"] == "pt" and props["model"]["default"] == "qwen3"
     assert props["silence_ms"]["default"] == 700 and "default 700" in props["silence_ms"]["description"]
     assert "default" not in props["duration_ms"] and "{" not in props["duration_ms"]["description"]
+
+
+def test_the_words_so_far_are_marked_partial_and_keep_their_latest_200_characters():
+    from mcp_listen.contract.limits import PARTIAL_PREFIX, PARTIAL_TEXT_CHARS, partial_message
+
+    assert partial_message("  so far\n so  good ") == PARTIAL_PREFIX + "so far so good"
+    long = " ".join(f"word{i}" for i in range(200))
+    message = partial_message(long)
+    words = message.removeprefix(PARTIAL_PREFIX)
+    assert len(words) <= PARTIAL_TEXT_CHARS and words.startswith("…")
+    assert words.endswith("word198 word199") and long.endswith(words[1:])

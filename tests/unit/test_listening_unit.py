@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from mcp_listen.audio.microphone import Recording
+from mcp_listen.contract.limits import PARTIAL_PREFIX, partial_message
 from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
 from mcp_listen.speech.listener import Listener, Plan
 
@@ -39,6 +40,7 @@ class FakeWorker:
         self.submitted: list[np.ndarray] = []
         self.speculations: list[tuple[np.ndarray, tuple[int, int]]] = []
         self.detections: list[np.ndarray] = []
+        self.so_far = ""
 
     def submit(self, audio) -> None:
         self.submitted.append(audio)
@@ -155,3 +157,24 @@ def test_a_short_utterance_has_its_language_learned_only_once():
     worker = FakeWorker()
     listen(script((QUIET, 40), (SPEECH, 80), (QUIET, 60)), worker=worker)  # 2.6 s of speech
     assert len(worker.detections) == 1
+
+
+def test_the_words_so_far_are_reported_once_each_time_they_change():
+    worker, events = FakeWorker(), []
+    words = {50: "I went", 60: "I went to the store", 70: "I went to the store"}
+
+    class Telling(ScriptedVAD):
+        def hear(self, window, run=True):
+            worker.so_far = words.get(self.heard, worker.so_far)
+            return super().hear(window, run)
+
+    plan = Plan(max_ms=2000 * 32, stop_on_silence=True, silence_ms=1000, device=None)
+    listener = Listener(
+        plan, lambda d, t, m: events.append(m), None, worker, vad=Telling(script((QUIET, 40), (SPEECH, 40)))
+    )
+    reason = None
+    while reason is None:
+        reason = listener.on_window(np.zeros(WINDOW, dtype=np.int16))
+    partials = [m for m in events if m.startswith(PARTIAL_PREFIX)]
+    assert partials == [partial_message("I went"), partial_message("I went to the store")]
+    assert events.index(partials[0]) > events.index("Speech detected")

@@ -245,3 +245,39 @@ def test_a_fixed_language_is_never_detected():
     worker = PhraseWorker(lambda audio, prompt, lang, abort: (audio, lang), "fr", lambda a, b: pytest.fail("detected"))
     worker.detect("bonjour")
     assert worker.finish("bonjour") == "bonjour" and worker.language == "fr"
+
+
+def wait_for(condition, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_the_words_so_far_grow_with_each_phrase_and_guess():
+    worker = worker_of(str.upper)
+    assert worker.so_far == ""
+    worker.submit("and so my fellow americans")
+    assert wait_for(lambda: worker.so_far == "AND SO MY FELLOW AMERICANS")
+    worker.speculate("ask not", (10, 20))
+    assert wait_for(lambda: worker.so_far == "AND SO MY FELLOW AMERICANS ASK NOT")
+    assert worker.finish("ask not", (10, 20)) == "AND SO MY FELLOW AMERICANS ASK NOT"
+
+
+def test_an_aborted_guess_never_shows_as_words_so_far():
+    started = threading.Event()
+
+    def transcribe(audio, prompt, lang, abort):
+        if audio == "guess":
+            started.set()
+            abort.wait(5)
+            return "GUESSED", lang  # a whisper run that finished as it was aborted
+        return audio, lang
+
+    worker = PhraseWorker(transcribe, "en")
+    worker.speculate("guess", (0, 100))
+    assert started.wait(5)
+    worker.retract()
+    worker.submit("spoken")
+    assert worker.finish(None) == "spoken"
+    assert worker.so_far == "spoken"

@@ -32,14 +32,17 @@ def test_a_value_that_is_not_utf8_is_a_named_problem_and_the_default_stays(name)
 
 
 @pytest.mark.parametrize("name,kind", [("TMPDIR", "recordings"), ("HOME", "models")])
-def test_a_home_or_temp_folder_that_is_not_utf8_is_a_named_problem(monkeypatch, name, kind):
+def test_a_home_or_temp_folder_that_is_not_utf8_is_a_named_problem(monkeypatch, tmp_path, name, kind):
+    import os
     import tempfile
 
-    monkeypatch.setenv(name, NOT_UTF8)
+    folder = os.path.join(str(tmp_path), NOT_UTF8.rsplit("/", 1)[1])
+    os.mkdir(folder)  # gettempdir() passes over a TMPDIR that does not exist
+    monkeypatch.setenv(name, folder)
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() caches its first answer
     settings = load_settings({})
     assert any(name in problem for problem in settings.problems), settings.problems
-    assert all(NOT_UTF8 not in problem for problem in settings.problems)
+    assert all(folder not in problem for problem in settings.problems)
 
 
 @pytest.mark.parametrize(
