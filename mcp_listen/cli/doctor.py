@@ -18,7 +18,6 @@ from dataclasses import asdict
 from typing import Any
 
 from mcp_listen.cli.doctor_audio import (  # noqa: F401 - re-exported: the audio checks are part of doctor
-    PERMISSION_HINT,
     PROBE_MS,
     check_audio,
     check_microphone,

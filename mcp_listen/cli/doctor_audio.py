@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_listen.audio.levels import rms_and_peak_db
 from mcp_listen.cli.doctor_report import FAIL, OK, WARN, Check
 from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
+from mcp_listen.contract.results import MICROPHONE_ACCESS_HINT
 from mcp_listen.errors import DeviceNotFound, ListenError, PortAudioMissing, command
 
 if TYPE_CHECKING:
@@ -24,11 +25,6 @@ log = logging.getLogger(__name__)
 
 PROBE_MS = 300
 """Length of the test recording: long enough to see a level, short enough not to be noticed."""
-
-PERMISSION_HINT = (
-    "check microphone access (macOS: System Settings > Privacy & Security > Microphone; "
-    "Windows: Settings > Privacy & security > Microphone)"
-)
 
 
 def check_portaudio() -> Check:
@@ -65,7 +61,7 @@ def check_microphone(device: int | str | None) -> tuple[Check, InputDevice | Non
         ), None
     listed = {"devices": [d.public() for d in inputs]}
     if not inputs:
-        remedy = f"Connect a microphone and check the system's sound settings; {PERMISSION_HINT}."
+        remedy = f"Connect a microphone and check the system's sound settings; {MICROPHONE_ACCESS_HINT}."
         return Check("microphone", title, FAIL, "No input device found.", remedy, listed), None
     try:
         chosen = devices.resolve(device)
@@ -93,15 +89,14 @@ def check_audio(chosen: InputDevice, ms: int = PROBE_MS) -> Check:
     try:
         recording = Recorder().record(device_index=chosen.index, max_frames=ms * SAMPLE_RATE // 1000)
     except ListenError as exc:
-        remedy = f"Close programs that hold the microphone, check it is not muted; {PERMISSION_HINT}."
+        remedy = f"Close programs that hold the microphone, check it is not muted; {MICROPHONE_ACCESS_HINT}."
         return Check("audio", title, FAIL, f"Could not record from {chosen.name}: {exc.message}", remedy)
     rms, peak = rms_and_peak_db(recording.samples)
     data = {"ms": ms, "samples": int(len(recording.samples)), "level_dbfs": rms, "peak_dbfs": peak}
     if peak is None:
-        remedy = f"If you expected sound: unmute it or raise its input level; {PERMISSION_HINT}."
-        return Check(
-            "audio", title, WARN, f"{ms} ms from {chosen.name}: digital silence (every sample is 0).", remedy, data
-        )
+        remedy = f"Unmute it (a mute key or switch too), or {MICROPHONE_ACCESS_HINT}."
+        detail = f"{ms} ms from {chosen.name}: digital silence (every sample is 0): muted, blocked or disconnected"
+        return Check("audio", title, WARN, detail, remedy, data)
     detail = f"{ms} ms from {chosen.name}: level {rms:.1f} dBFS, peak {peak:.1f} dBFS"
     return Check("audio", title, OK, detail, data=data)
 

@@ -211,6 +211,7 @@ class CaptureResult(_Result):
     size_bytes: int
     stopped_by: Optional[StoppedBy] = None
     speech_detected: Optional[bool] = None
+    warning: Optional[str] = None
 
 
 class TranscribeResult(_Result):
@@ -220,6 +221,7 @@ class TranscribeResult(_Result):
     language: Optional[str] = None
     speech_detected: Optional[bool] = None
     message: Optional[str] = None
+    warning: Optional[str] = None
 
 
 class VoiceQueryResult(_Result):
@@ -229,6 +231,7 @@ class VoiceQueryResult(_Result):
     speech_detected: Optional[bool] = None
     stopped_by: Optional[StoppedBy] = None
     message: Optional[str] = None
+    warning: Optional[str] = None
 
 
 class StatusResult(_Result):

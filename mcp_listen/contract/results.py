@@ -21,6 +21,21 @@ NO_WORDS_MESSAGE = (
     "Ask the user to repeat, a little louder and closer to the microphone."
 )
 
+DIGITAL_SILENCE_PROGRESS = "No sound at all: the microphone delivers only zeros (muted, or no permission?)"
+MICROPHONE_ACCESS_HINT = (
+    "allow microphone access for the app that runs mcp-listen (macOS: System Settings > Privacy & Security > "
+    "Microphone, then restart the app; Windows: Settings > Privacy & security > Microphone, 'Let desktop apps "
+    "access your microphone'; Linux: unmute the input in the sound settings, or pactl set-source-mute "
+    "@DEFAULT_SOURCE@ 0)"
+)
+"""Where microphone access is granted per platform: the dead-microphone warning and doctor say it."""
+DIGITAL_SILENCE_WARNING = (
+    "The microphone delivered digital silence (every sample exactly 0), which a working microphone never does, "
+    f"even in a quiet room: it is muted, blocked or disconnected. To fix it, {MICROPHONE_ACCESS_HINT}, switch "
+    "off a hardware mute key or switch, or choose another device from list_audio_devices."
+)
+"""In a result's `warning` when every sample of a recording of at least a second was 0."""
+
 Progress = Callable[[float, Optional[float], str], None]
 
 
@@ -61,6 +76,8 @@ class Captured:
     stopped_by: str | None = None
     """None for a fixed-length recording: the result then carries neither this nor speech_detected."""
     speech_detected: bool | None = None
+    warning: str | None = None
+    """Set (DIGITAL_SILENCE_WARNING) when the microphone delivered only zeros: a result says so."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,8 @@ class Transcribed:
     speech_detected: bool
     stopped_by: str | None = None
     """Why the recording ended; None for a fixed length (stop_on_silence false)."""
+    warning: str | None = None
+    """Set (DIGITAL_SILENCE_WARNING) when the microphone delivered only zeros."""
 
 
 @dataclass(frozen=True)
@@ -122,12 +141,14 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status) -> dict[s
         fields["language"] = result.language
         if result.text is None:
             fields.update(_silence(result))
-        return TranscribeResult(**fields).public()
+        return TranscribeResult(**fields, **_warning(result.warning)).public()
     if isinstance(result, Answered):
         question = result.question
+        warning = _warning(question.warning)
         if question.text is None:
-            return VoiceQueryResult(transcription=None, response=None, **_silence(question)).public()
-        return VoiceQueryResult(transcription=question.text, response=result.response, model=result.model).public()
+            return VoiceQueryResult(transcription=None, response=None, **_silence(question), **warning).public()
+        answer: dict[str, Any] = dict(transcription=question.text, response=result.response, model=result.model)
+        return VoiceQueryResult(**answer, **warning).public()
     if isinstance(result, Status):
         return StatusResult(**vars(result)).public()
     raise TypeError(f"not an engine result: {type(result).__name__}")
@@ -137,7 +158,12 @@ def _captured(result: Captured) -> dict[str, Any]:
     fields = {name: getattr(result, name) for name in ("path", "duration_ms", "sample_rate", "channels", "size_bytes")}
     if result.stopped_by is not None:
         fields.update(stopped_by=result.stopped_by, speech_detected=result.speech_detected)
-    return CaptureResult(**fields).public()
+    return CaptureResult(**fields, **_warning(result.warning)).public()
+
+
+def _warning(warning: str | None) -> dict[str, Any]:
+    """`warning` only when there is one: a result without it is exactly the Node edition's."""
+    return {} if warning is None else {"warning": warning}
 
 
 def _silence(heard: Transcribed) -> dict[str, Any]:

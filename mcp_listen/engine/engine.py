@@ -112,6 +112,7 @@ class Engine:
             size_bytes=wavfile.wav_size(len(heard.recording.samples)),
             stopped_by=heard.recording.stopped_by if endpointed else None,
             speech_detected=bool(heard.speech_detected) if endpointed else None,
+            warning=heard.warning,
         )
 
     def _recordings_folder(self) -> recordings.Folder:
@@ -214,7 +215,8 @@ class Engine:
             finally:
                 memory.release_in_background()  # whisper's peak is behind us
         stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
-        return Transcribed(text, heard.duration_ms, worker.language, bool(heard.speech_detected), stopped_by)
+        speech = bool(heard.speech_detected)
+        return Transcribed(text, heard.duration_ms, worker.language, speech, stopped_by, heard.warning)
 
     def transcribe_voice(
         self, args: TranscribeArgs, *, stop: threading.Event | None = None, progress: Progress | None = None

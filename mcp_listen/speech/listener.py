@@ -8,6 +8,7 @@ a fake VAD (tests/test_listening_unit.py). numpy is imported on first use only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
@@ -27,6 +28,7 @@ from mcp_listen.contract.models import (
 from mcp_listen.contract.models import (
     WINDOW_SAMPLES as WINDOW,
 )
+from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
 from mcp_listen.speech.vad import shared_vad
@@ -124,6 +126,8 @@ class Heard:
     """Sample just after the last speech window (None without VAD)."""
     phrase_start_frame: int = 0
     """Where the speech not yet handed to the phrase worker begins."""
+    warning: str | None = None
+    """Why the result should not be trusted as "nobody spoke": a dead microphone (digital silence)."""
 
     @property
     def duration_ms(self) -> int:
@@ -173,6 +177,11 @@ class Listener:
     PERIOD_WINDOWS = 31
     """About one progress tick per second of audio (31 x 32 ms)."""
 
+    DEAD_AFTER_WINDOWS = math.ceil(1000 / WINDOW_MS)
+    """Windows of nothing but zeros from the start (the first second) that name a dead microphone.
+    A real room's noise floor is never exactly zero; a denied permission (macOS), a mute switch
+    or a disconnected virtual device deliver zeros."""
+
     PRE_ROLL_WINDOWS = 31
     """Audio kept before confirmed speech (about 1 s): soft first syllables come before the onset."""
 
@@ -199,6 +208,9 @@ class Listener:
         self._kept: list[Any] = []
         self._speculated: tuple[int, int] | None = None
         self._told = ""
+        self._zero_windows = 0
+        """Windows of only zeros since the stream opened, until the first sound."""
+        self._sound_heard = False
         """The transcript so far as last reported."""
         self._cutter = PhraseCutter() if phrases is not None else None
         self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
@@ -213,6 +225,7 @@ class Listener:
 
     def on_window(self, window: np.ndarray) -> str | None:
         self.windows += 1
+        self._check_for_sound(window)
         reason = None
         speaking = False
         vad, endpointer = self.vad, self.endpointer
@@ -239,6 +252,22 @@ class Listener:
         if so_far and so_far != self._told:
             self._told = so_far
             progress(self.elapsed_ms, self.plan.max_ms, partial_message(so_far))
+
+    def _check_for_sound(self, window: np.ndarray) -> None:
+        """Count the zeros a dead microphone delivers, and say so as soon as a second of them is in."""
+        if self._sound_heard:
+            return
+        if window.any():
+            self._sound_heard = True
+            return
+        self._zero_windows += 1
+        if self._zero_windows == self.DEAD_AFTER_WINDOWS and self.progress:
+            self.progress(self.elapsed_ms, self.plan.max_ms, DIGITAL_SILENCE_PROGRESS)
+
+    @property
+    def dead_microphone(self) -> bool:
+        """Every sample so far was zero, for at least the first second: no sound ever arrived."""
+        return not self._sound_heard and self._zero_windows >= self.DEAD_AFTER_WINDOWS
 
     @property
     def elapsed_ms(self) -> int:
@@ -317,4 +346,5 @@ class Listener:
             seconds = len(recording.samples) / SAMPLE_RATE
             message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
-        return Heard(recording, self.speech_detected, self.speech_end_frame, self.phrase_start_frame)
+        warning = DIGITAL_SILENCE_WARNING if self.dead_microphone else None
+        return Heard(recording, self.speech_detected, self.speech_end_frame, self.phrase_start_frame, warning)

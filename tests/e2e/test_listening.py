@@ -56,3 +56,26 @@ async def test_the_words_so_far_come_in_progress_messages_while_the_user_speaks(
     said = set(re.findall(r"[a-z']+", final.lower()))
     shown = re.findall(r"[a-z']+", partials[-1].lower())
     assert sum(word in said for word in shown) >= 0.8 * len(shown), (partials[-1], final)
+
+
+async def test_a_microphone_that_delivers_only_zeros_is_named_and_a_quiet_room_is_not(vmic, tmp_path, model_path):
+    """Nothing plays into the virtual microphone: its source delivers exact zeros, as a microphone
+    without permission or muted does. A room's faint hiss (-70 dBFS) is a working microphone."""
+    from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
+
+    env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    args = {"whisper_model": str(model_path), "duration_ms": 3000}
+    messages: list[str] = []
+
+    async def on_progress(progress, total, message):
+        messages.append(message or "")
+
+    async with mcp_client(env) as client:
+        dead = await call_while_playing(client, vmic, "transcribe_voice", args, None, progress_callback=on_progress)
+        room = await call_while_playing(client, vmic, "transcribe_voice", args, A.with_noise(A.silence(4000), -70))
+    assert not dead.is_error and not room.is_error
+    assert dead.structured_content["warning"] == DIGITAL_SILENCE_WARNING
+    assert dead.structured_content["transcription"] is None and dead.structured_content["speech_detected"] is False
+    assert DIGITAL_SILENCE_PROGRESS in messages
+    assert messages.index(DIGITAL_SILENCE_PROGRESS) < next(i for i, m in enumerate(messages) if "finished" in m)
+    assert "warning" not in room.structured_content, room.structured_content

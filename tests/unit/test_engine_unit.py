@@ -22,11 +22,19 @@ from mcp_listen.audio.microphone import Recorder
 from mcp_listen.config import Settings
 from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
 from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryArgs
-from mcp_listen.contract.results import Answered, Captured, Transcribed
+from mcp_listen.contract.results import (
+    DIGITAL_SILENCE_PROGRESS,
+    DIGITAL_SILENCE_WARNING,
+    Answered,
+    Captured,
+    Transcribed,
+    wire,
+)
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import DeviceBusy, LLMError
 
-LOUD, QUIET = 3000, 0
+LOUD, QUIET, DEAD = 3000, 2, 0
+"""A loud window, a quiet room (a real one is never exactly 0), a dead microphone (only zeros)."""
 MIC = InputDevice(7, "Scripted Mic", "test:scripted", 1, 16000.0, True)
 
 
@@ -166,6 +174,28 @@ def test_nobody_speaks_no_words_and_whisper_never_runs(tmp_path):
     heard = engine(recorder, tmp_path, whisper).transcribe_voice(TranscribeArgs())
     assert heard == Transcribed(None, 10_016, "en", False, "no_speech_timeout")  # 313 windows: the first past 10 s
     assert whisper.heard == [] and whisper.preloaded == []
+
+
+def test_a_microphone_that_delivers_only_zeros_is_named_at_once_and_in_the_result(tmp_path):
+    messages: list[str] = []
+    heard = engine(ScriptedRecorder((DEAD, 400)), tmp_path).transcribe_voice(
+        TranscribeArgs(), progress=lambda done, total, message: messages.append(message)
+    )
+    assert heard.warning == DIGITAL_SILENCE_WARNING and heard.text is None
+    assert messages.count(DIGITAL_SILENCE_PROGRESS) == 1
+    assert messages.index(DIGITAL_SILENCE_PROGRESS) < 3  # after the first second, before more ticks
+    assert wire(heard)["warning"] == DIGITAL_SILENCE_WARNING and wire(heard)["speech_detected"] is False
+    captured = engine(ScriptedRecorder((DEAD, 40)), tmp_path).capture(CaptureArgs(duration_ms=1200))
+    assert wire(captured)["warning"] == DIGITAL_SILENCE_WARNING
+
+
+def test_zeros_before_the_first_sound_are_no_dead_microphone(tmp_path):
+    """A device that starts with zeros (a virtual one before anything plays) and then delivers sound
+    is working: no warning; nor for a recording shorter than the second that could tell."""
+    late = engine(ScriptedRecorder((DEAD, 60), (QUIET, 400)), tmp_path).transcribe_voice(TranscribeArgs())
+    assert late.warning is None and "warning" not in wire(late)
+    short = engine(ScriptedRecorder((DEAD, 40)), tmp_path).capture(CaptureArgs(duration_ms=900))
+    assert short.warning is None and "warning" not in wire(short)
 
 
 def test_fixed_length_capture_keeps_exactly_the_asked_samples(tmp_path):
