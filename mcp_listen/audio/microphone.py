@@ -17,6 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -62,9 +63,16 @@ class Claim:
 @dataclass(frozen=True)
 class Recording:
     samples: np.ndarray
-    """int16 mono samples at 16 kHz, exactly as captured."""
+    """int16 mono samples at 16 kHz, exactly as captured, from `start_frame` to the end."""
     stopped_by: str
     """"ceiling" when the length limit was reached, else the reason the listener gave to stop."""
+    start_frame: int = 0
+    """Samples before this were let go while recording (Tape.forget_before); 0 for a whole recording."""
+
+    @property
+    def frames(self) -> int:
+        """The length of the whole recording, forgotten samples included."""
+        return self.start_frame + len(self.samples)
 
 
 class Recorder:
@@ -211,28 +219,42 @@ class Microphone:
 
 
 class Tape:
-    """The samples of one recording, in a buffer sized once for its ceiling of `max_frames`."""
+    """The samples of one recording up to its ceiling of `max_frames`, window by window.
+
+    A voice tool lets go of what its phrases no longer need (`forget_before`), so ten minutes of
+    dictation hold no more memory than ten seconds; a recording that becomes a WAV keeps it all.
+    """
 
     def __init__(self, max_frames: int) -> None:
-        import numpy as np
-
         self.max_frames = max_frames
         self.frames = 0
-        self._buffer = np.zeros(max_frames + WINDOW_SAMPLES, dtype=np.int16)
+        self._windows: deque[np.ndarray] = deque()
+        self._first = 0
+        """The frame the first kept window starts at."""
 
     def add(self, window: np.ndarray) -> bool:
         """Append a window; True when it lies wholly under the ceiling (then it is listened to)."""
-        kept = min(len(self._buffer) - self.frames, len(window))
-        self._buffer[self.frames : self.frames + kept] = window[:kept]
-        self.frames += kept
+        kept = min(self.max_frames + WINDOW_SAMPLES - self.frames, len(window))
+        if kept > 0:
+            self._windows.append(window[:kept].copy())
+            self.frames += kept
         return self.frames <= self.max_frames
+
+    def forget_before(self, frame: int) -> None:
+        """Let go of the whole windows that end at or before `frame`."""
+        while self._windows and self._first + len(self._windows[0]) <= frame:
+            self._first += len(self._windows.popleft())
 
     @property
     def full(self) -> bool:
         return self.frames >= self.max_frames
 
     def recording(self, stopped_by: str) -> Recording:
-        return Recording(self._buffer[: min(self.frames, self.max_frames)].copy(), stopped_by)
+        import numpy as np
+
+        end = min(self.frames, self.max_frames) - self._first
+        samples = np.concatenate(self._windows) if self._windows else np.zeros(0, dtype=np.int16)
+        return Recording(samples[: max(0, end)], stopped_by, self._first)
 
 
 def _next_block(blocks: queue.SimpleQueue, stop: Any, last_block: float, patience: float) -> Any:

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "transcribe":
             p.add_argument("file", type=Path, help=f"{limits.SAMPLE_RATE_KHZ} kHz mono 16-bit WAV file")
         else:
-            _recording_options(p, stop_default=True)
+            _recording_options(p, stop_default=True, dictation=True)
         _whisper_options(p)
     query = sub.add_parser("query", help="run voice_query from a terminal and print its result")
     _recording_options(query, stop_default=True)
@@ -95,8 +95,9 @@ def _whisper_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--translate", action="store_true", default=None, help="English text from any language")
 
 
-def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool) -> None:
-    duration = f"length (a maximum with stop-on-silence), {limits.MIN_DURATION_MS}-{limits.MAX_DURATION_MS}"
+def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool, dictation: bool = False) -> None:
+    longest = limits.MAX_DICTATION_MS if dictation else limits.MAX_DURATION_MS
+    duration = f"length (a maximum with stop-on-silence), {limits.MIN_DURATION_MS}-{longest}"
     p.add_argument("--duration-ms", type=int, help=duration)
     p.add_argument("--device", help="device id, index or name (see: mcp-listen devices)")
     if stop_default:

@@ -25,6 +25,9 @@ CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
 """stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
 MIN_DURATION_MS, MAX_DURATION_MS = 100, 30000
+MAX_DICTATION_MS = 600_000
+"""transcribe_voice records up to 10 minutes (dictation); capture_audio and voice_query keep the
+Node edition's MAX_DURATION_MS."""
 MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10000
 CAPTURE_DURATION_MS = 5000
 """Default length of a fixed recording (and of a voice tool's with stop_on_silence: false)."""
@@ -78,6 +81,7 @@ class Defaults:
 
 ACCEPTED = {
     "duration_ms": f"an integer from {MIN_DURATION_MS} to {MAX_DURATION_MS} (milliseconds)",
+    "dictation_ms": f"an integer from {MIN_DURATION_MS} to {MAX_DICTATION_MS} (milliseconds; up to 10 minutes)",
     "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
     "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
     "stop_on_silence": "a boolean",
@@ -95,6 +99,7 @@ CONSTANTS = {
     "sample_rate_khz": SAMPLE_RATE_KHZ,
     "min_duration_ms": MIN_DURATION_MS,
     "max_duration_ms": MAX_DURATION_MS,
+    "max_dictation_ms": MAX_DICTATION_MS,
     "min_silence_ms": MIN_SILENCE_MS,
     "max_silence_ms": MAX_SILENCE_MS,
     "capture_duration_ms": CAPTURE_DURATION_MS,

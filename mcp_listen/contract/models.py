@@ -13,7 +13,7 @@ format) live in contract/limits.py and are re-exported here.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
     AfterValidator,
@@ -38,6 +38,7 @@ from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers im
     DEFAULT_WHISPER_MODEL,
     LISTEN_DURATION_MS,
     MAX_DEVICE_CHARS,
+    MAX_DICTATION_MS,
     MAX_DURATION_MS,
     MAX_LLM_MODEL_CHARS,
     MAX_PROMPT_CHARS,
@@ -82,6 +83,7 @@ def _no_control_characters(value: str) -> str:
 _WHOLE = BeforeValidator(_integral_float_to_int)
 """Strict integers whose constraint sits first, so the schema says minimum/maximum."""
 DurationMs = Annotated[int, Field(strict=True, ge=MIN_DURATION_MS, le=MAX_DURATION_MS), _WHOLE]
+DictationMs = Annotated[int, Field(strict=True, ge=MIN_DURATION_MS, le=MAX_DICTATION_MS), _WHOLE]
 SilenceMs = Annotated[int, Field(strict=True, ge=MIN_SILENCE_MS, le=MAX_SILENCE_MS), _WHOLE]
 DeviceIndex = Annotated[int, Field(strict=True, ge=0), _WHOLE]
 DeviceRef = Union[DeviceIndex, Annotated[StrictStr, Field(min_length=1, max_length=MAX_DEVICE_CHARS)]]
@@ -138,9 +140,12 @@ class CaptureArgs(_Args):
 
 
 class TranscribeArgs(_Args):
-    duration_ms: Optional[DurationMs] = _duration(
-        "Maximum recording length in ms ({min_duration_ms}-{max_duration_ms}). Default {listen_duration_ms} "
-        "while stopping on silence, {capture_duration_ms} otherwise."
+    ACCEPTED_HERE: ClassVar[dict[str, str]] = {"duration_ms": ACCEPTED["dictation_ms"]}
+    """What this tool accepts where it differs from the shared ACCEPTED (dictation: 10 minutes)."""
+
+    duration_ms: Optional[DictationMs] = _duration(
+        "Maximum recording length in ms ({min_duration_ms}-{max_dictation_ms}: up to 10 minutes of dictation). "
+        "Default {listen_duration_ms} while stopping on silence, {capture_duration_ms} otherwise."
     )
     device: Optional[DeviceRef] = _DEVICE
     stop_on_silence: Optional[StrictBool] = Field(
@@ -165,6 +170,13 @@ class TranscribeArgs(_Args):
 
 
 class VoiceQueryArgs(TranscribeArgs):
+    ACCEPTED_HERE: ClassVar[dict[str, str]] = {}
+
+    # narrower than transcribe_voice: a question, not dictation
+    duration_ms: Optional[DurationMs] = _duration(
+        "Maximum recording length in ms ({min_duration_ms}-{max_duration_ms}). Default {listen_duration_ms} "
+        "while stopping on silence, {capture_duration_ms} otherwise."
+    )
     model: LLMModelName = Field(default=None, description="Ollama model name. Default {model}.")
     prompt: Optional[Annotated[StrictStr, Field(max_length=MAX_PROMPT_CHARS)]] = Field(
         default=None,
@@ -275,7 +287,8 @@ def _describe(model: type[_Args], exc: ValidationError, raw: dict[str, Any]) -> 
             return f"Unknown argument '{name}'. Accepted arguments: {accepted}."
     err = exc.errors()[0]
     name = str(err["loc"][0]) if err["loc"] else "arguments"
-    return f"Invalid {name}: expected {ACCEPTED.get(name, 'a valid value')}; got {_show(raw.get(name))}."
+    accepted_here = getattr(model, "ACCEPTED_HERE", {}).get(name) or ACCEPTED.get(name, "a valid value")
+    return f"Invalid {name}: expected {accepted_here}; got {_show(raw.get(name))}."
 
 
 def _show(value: Any) -> str:

@@ -159,6 +159,8 @@ class Engine:
             for window in microphone:
                 if tape.add(window):  # wholly under the ceiling: heard
                     reason = listener.on_window(window)
+                if phrases is not None:  # no WAV is written: only the speech still to transcribe is kept
+                    tape.forget_before(listener.kept_from_frame)
                 if reason is not None or tape.full:
                     break
         return listener.finished(tape.recording(reason or "ceiling"))

@@ -131,7 +131,7 @@ class Heard:
 
     @property
     def duration_ms(self) -> int:
-        return len(self.recording.samples) * 1000 // SAMPLE_RATE
+        return self.recording.frames * 1000 // SAMPLE_RATE
 
     def remaining_key(self) -> tuple[int, int] | None:
         """(first, end) sample of the audio whisper still has to hear, None when there is none.
@@ -139,7 +139,7 @@ class Heard:
         From the last phrase cut to shortly after the speech: trailing silence is left out (it
         only costs time); the WAV itself is never changed.
         """
-        end = len(self.recording.samples)
+        end = self.recording.frames
         if self.speech_end_frame is not None:
             if self.speech_end_frame <= self.phrase_start_frame:
                 return None  # the last word is in a phrase already cut: only silence is left
@@ -150,7 +150,10 @@ class Heard:
 
     def remaining_speech(self) -> np.ndarray | None:
         key = self.remaining_key()
-        return None if key is None else self.recording.samples[key[0] : key[1]]
+        if key is None:
+            return None
+        start = self.recording.start_frame
+        return self.recording.samples[key[0] - start : key[1] - start]
 
 
 def speech_tail_end(speech_end_frame: int) -> int:
@@ -185,6 +188,10 @@ class Listener:
     PRE_ROLL_WINDOWS = 31
     """Audio kept before confirmed speech (about 1 s): soft first syllables come before the onset."""
 
+    KEPT_WINDOWS = round((max(LANGUAGE_AFTER_MS) + 1000) / WINDOW_MS) + PRE_ROLL_WINDOWS
+    """Recent audio always kept (about 6 s), beside the phrase not yet cut: what the language
+    detection and the pre-roll reach back to. Older audio is let go (`kept_from_frame`)."""
+
     def __init__(
         self,
         plan: Plan,
@@ -206,6 +213,8 @@ class Listener:
         self.speech_end_frame: int | None = None
         self.phrase_start_frame = 0
         self._kept: list[Any] = []
+        self._kept_from = 0
+        """Window index of _kept[0]: windows before it were let go."""
         self._speculated: tuple[int, int] | None = None
         self._told = ""
         self._zero_windows = 0
@@ -308,6 +317,23 @@ class Listener:
             phrases.submit(self._audio(start * WINDOW, end * WINDOW))
             self.phrase_start_frame = end * WINDOW
         self._speculate(endpointer, phrases)
+        self._let_go()
+
+    @property
+    def kept_from_frame(self) -> int:
+        """The first sample any later phrase, guess or detection can need: the phrase not yet cut
+        (or, before speech, the pre-roll) and the last KEPT_WINDOWS. Memory stays flat however
+        long the dictation."""
+        recent = max(0, self.windows - self.KEPT_WINDOWS)
+        if not self.speech_detected:
+            return recent * WINDOW
+        return min(self.phrase_start_frame, recent * WINDOW)
+
+    def _let_go(self) -> None:
+        drop = self.kept_from_frame // WINDOW - self._kept_from
+        if drop > 0:
+            del self._kept[:drop]
+            self._kept_from += drop
 
     def _detect_language(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
         """At set lengths of speech, hand what was said so far to learn the language from."""
@@ -315,7 +341,7 @@ class Listener:
         if onset is None or not self.speech_detected:
             return
         if self.windows - onset in self._language_marks:
-            start = max(0, onset - self.PRE_ROLL_WINDOWS) * WINDOW
+            start = max(self._kept_from, onset - self.PRE_ROLL_WINDOWS) * WINDOW
             phrases.detect(self._audio(start, self.windows * WINDOW))
 
     def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
@@ -328,7 +354,7 @@ class Listener:
         if end is None or endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
             return
         key = (self.phrase_start_frame, speech_tail_end(end))
-        if key != self._speculated and len(self._kept) * WINDOW >= key[1]:
+        if key != self._speculated and (self._kept_from + len(self._kept)) * WINDOW >= key[1]:
             self._speculated = key
             phrases.speculate(self._audio(*key), key)
 
@@ -336,14 +362,14 @@ class Listener:
         """Samples [first, end) of the recording so far, from the kept windows."""
         import numpy as np
 
-        windows = self._kept[first // WINDOW : -(-end // WINDOW)]
+        windows = self._kept[first // WINDOW - self._kept_from : -(-end // WINDOW) - self._kept_from]
         offset = first - (first // WINDOW) * WINDOW
         return np.concatenate(windows)[offset : offset + end - first]
 
     def finished(self, recording: Recording) -> Heard:
         """Report the end and return what was heard."""
         if self.progress:
-            seconds = len(recording.samples) / SAMPLE_RATE
+            seconds = recording.frames / SAMPLE_RATE
             message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
         warning = DIGITAL_SILENCE_WARNING if self.dead_microphone else None

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import anyio
+import audio_assets as A
 import pytest
 from rpc import RawServer, error_of, mcp_client, server_env, tool_call
 from speech_checks import QUESTION, call_while_playing, spoken, wait_until_recording, wer
@@ -50,8 +51,10 @@ async def test_normal_outcome(env, vmic, ollama, model_path, rec_dir):
 
 
 async def test_no_speech_outcome_never_runs_whisper_or_ollama(env, vmic, ollama, model_path):
+    """A quiet room (faint hiss, no speech) for longer than the no-speech timeout: the Node edition's shape."""
+    room = A.with_noise(A.silence(12000), -70)
     async with mcp_client(env) as client:
-        result = await call_while_playing(client, vmic, "voice_query", {"whisper_model": str(model_path)}, None)
+        result = await call_while_playing(client, vmic, "voice_query", {"whisper_model": str(model_path)}, room)
         status = (await client.call_tool("get_status", {})).structured_content
     assert not result.is_error
     data = result.structured_content

@@ -98,13 +98,24 @@ def test_integral_floats_become_integers():
     assert parse_args(CaptureArgs, {"device": 2.0}).device == 2
 
 
-@pytest.mark.parametrize("model", [CaptureArgs, TranscribeArgs, VoiceQueryArgs])
-def test_schema_is_closed_and_states_ranges(model):
+@pytest.mark.parametrize("model,longest", [(CaptureArgs, 30000), (TranscribeArgs, 600_000), (VoiceQueryArgs, 30000)])
+def test_schema_is_closed_and_states_ranges(model, longest):
     schema = contracts.input_schema(model)
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     duration = schema["properties"]["duration_ms"]["anyOf"][0]
-    assert (duration["minimum"], duration["maximum"]) == (100, 30000)
+    assert (duration["minimum"], duration["maximum"]) == (100, longest)
+    assert f"100-{longest}" in schema["properties"]["duration_ms"]["description"]
     assert "required" not in schema
+
+
+def test_dictation_is_transcribe_voice_s_alone_and_its_limit_is_named():
+    assert parse_args(TranscribeArgs, {"duration_ms": 600_000}).duration_ms == 600_000
+    with pytest.raises(InvalidArgument, match=r"duration_ms: expected an integer from 100 to 600000 .* 600001"):
+        parse_args(TranscribeArgs, {"duration_ms": 600_001})
+    with pytest.raises(InvalidArgument, match=r"duration_ms: expected an integer from 100 to 30000 .* 60000"):
+        parse_args(VoiceQueryArgs, {"duration_ms": 60_000})
+    with pytest.raises(InvalidArgument, match=r"from 100 to 30000"):
+        parse_args(CaptureArgs, {"duration_ms": 60_000})
 
 
 def test_results_keep_nulls_and_drop_unset_fields():

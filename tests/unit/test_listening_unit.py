@@ -178,3 +178,35 @@ def test_the_words_so_far_are_reported_once_each_time_they_change():
     partials = [m for m in events if m.startswith(PARTIAL_PREFIX)]
     assert partials == [partial_message("I went"), partial_message("I went to the store")]
     assert events.index(partials[0]) > events.index("Speech detected")
+
+
+def test_ten_minutes_of_dictation_keep_no_more_audio_than_one_phrase_and_every_sample_is_handed_over():
+    """Phrases of about 3 s with short pauses for 10 minutes: each is handed over as it ends, the
+    audio kept stays within the phrase in progress and the last few seconds, and the phrases
+    cover the speech without a gap or an overlap."""
+    worker = FakeWorker()
+    minutes = 10 * 60 * 1000 // 32
+    probabilities = script((QUIET, 40), *[(SPEECH, 90), (QUIET, 12)] * (minutes // 102))
+    plan = Plan(max_ms=minutes * 32, stop_on_silence=True, silence_ms=1000, device=None)
+    listener = Listener(plan, None, None, worker, vad=ScriptedVAD(probabilities))
+    most_kept = 0
+    for i in range(len(probabilities)):
+        listener.on_window(np.full(WINDOW, i % 30000, dtype=np.int16))
+        most_kept = max(most_kept, listener.windows * WINDOW - listener.kept_from_frame)
+    assert len(worker.submitted) > 150
+    assert most_kept <= (Listener.KEPT_WINDOWS + 1) * WINDOW
+    spans = [window_span(audio) for audio in worker.submitted]
+    assert all(end == next_first for (_, end), (next_first, _) in zip(spans, spans[1:]))
+    assert spans[0][0] == 40 - PRE_ROLL
+
+
+def test_a_tape_that_lets_go_keeps_counting_and_says_where_its_samples_start():
+    from mcp_listen.audio.microphone import Tape
+
+    tape = Tape(100 * WINDOW)
+    for i in range(10):
+        tape.add(np.full(WINDOW, i, dtype=np.int16))
+        tape.forget_before((i - 2) * WINDOW + 5)  # mid-window: that window stays
+    recording = tape.recording("silence")
+    assert recording.frames == 10 * WINDOW and recording.start_frame == 7 * WINDOW
+    assert [int(v) for v in recording.samples[::WINDOW]] == [7, 8, 9]
