@@ -184,6 +184,12 @@ def _silence_ms(raw: str) -> int:
     return _whole(raw, limits.MIN_SILENCE_MS, limits.MAX_SILENCE_MS)
 
 
+def _end_of_turn(raw: str) -> str:
+    if raw not in limits.END_OF_TURN_MODES:
+        raise ValueError(raw)
+    return raw
+
+
 def _name(limit: int) -> Callable[[str], str]:
     """A model name: bounded, and free of control characters (a CR/LF would go raw into messages
     and into the `ollama pull` command they suggest)."""
@@ -284,6 +290,7 @@ _DEFAULTS = {
     "model": ("MCP_LISTEN_OLLAMA_MODEL", _name(limits.MAX_LLM_MODEL_CHARS), "an Ollama model name"),
     "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(limits.MAX_PROMPT_CHARS), "a system prompt"),
     "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, limits.ACCEPTED["silence_ms"]),
+    "end_of_turn": ("MCP_LISTEN_END_OF_TURN", _end_of_turn, limits.ACCEPTED["end_of_turn"]),
 }
 
 

@@ -71,7 +71,7 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
 
 
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
-    fields = (*RECORDING_FIELDS, *WHISPER_FIELDS)
+    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS)
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
     say = _Say()
     try:
@@ -83,7 +83,7 @@ def listen(opts: argparse.Namespace, settings: Settings) -> int:
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
-    fields = (*RECORDING_FIELDS, *WHISPER_FIELDS, "model", "prompt")
+    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "model", "prompt")
     args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
     say = _Say()
     try:

@@ -102,6 +102,11 @@ def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool, dictat
     p.add_argument("--device", help="device id, index or name (see: mcp-listen devices)")
     if stop_default:
         p.add_argument("--no-stop-on-silence", dest="stop_on_silence", action="store_false", default=None)
+        p.add_argument(
+            "--end-of-turn",
+            choices=limits.END_OF_TURN_MODES,
+            help=f"smart: wait longer while the words sound unfinished (default {limits.DEFAULT_END_OF_TURN})",
+        )
     else:
         p.add_argument("--stop-on-silence", action="store_true", default=None)
     silence = f"silence that ends the recording, {limits.MIN_SILENCE_MS}-{limits.MAX_SILENCE_MS}"

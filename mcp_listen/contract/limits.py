@@ -34,6 +34,12 @@ CAPTURE_DURATION_MS = 5000
 LISTEN_DURATION_MS = 15000
 """Default ceiling of a voice tool's recording while it stops on silence."""
 DEFAULT_SILENCE_MS = 1000
+END_OF_TURN_MODES = ("silence", "smart")
+"""silence: the turn ends after silence_ms of silence; smart: later while the words sound unfinished."""
+DEFAULT_END_OF_TURN = "silence"
+UNFINISHED_SILENCE_FACTOR = 2.5
+"""With end_of_turn "smart", a pause after words that sound unfinished ends the turn only after this
+many times silence_ms (capped by duration_ms)."""
 DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
 DEFAULT_LANGUAGE = "en"
 DEFAULT_LLM_MODEL = "llama3.2"
@@ -73,6 +79,7 @@ class Defaults:
     model: str = DEFAULT_LLM_MODEL
     prompt: str = DEFAULT_PROMPT
     silence_ms: int = DEFAULT_SILENCE_MS
+    end_of_turn: str = DEFAULT_END_OF_TURN
 
     def words(self) -> dict[str, Any]:
         """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
@@ -85,6 +92,8 @@ ACCEPTED = {
     "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
     "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
     "stop_on_silence": "a boolean",
+    "end_of_turn": 'one of "silence" (the turn ends after silence_ms) or "smart" (later when the words sound '
+    "unfinished)",
     "translate": "a boolean",
     "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
     "characters, no control characters; empty means the default)",
@@ -106,5 +115,6 @@ CONSTANTS = {
     "listen_duration_ms": LISTEN_DURATION_MS,
     "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
     "max_prompt_chars": MAX_PROMPT_CHARS,
+    "unfinished_silence_factor": f"{UNFINISHED_SILENCE_FACTOR:g}",
 }
 """The `{name}` placeholders every description may use, whatever the user's defaults."""

@@ -153,6 +153,13 @@ class TranscribeArgs(_Args):
         description="Stop when the speaker stops talking (default true). Pass false to record exactly duration_ms.",
     )
     silence_ms: Optional[SilenceMs] = _SILENCE
+    end_of_turn: Optional[Literal["silence", "smart"]] = Field(
+        default=None,
+        description='When the user\'s turn ends: "silence" after silence_ms of silence; "smart" waits longer '
+        "(up to {unfinished_silence_factor} x silence_ms) while the words so far sound unfinished (no final "
+        'punctuation, or a trailing "and", "the", "um"...), so a thinking pause does not cut the user off. '
+        "Default {end_of_turn}. Requires stop_on_silence: true.",
+    )
     whisper_model: WhisperModelName = Field(
         default=None,
         description="Whisper GGML model: file name, name such as base.en, or path. Default {whisper_model}.",
@@ -269,14 +276,14 @@ def parse_args(model: type[_Args], arguments: dict[str, Any] | None) -> Any:
 
 
 def check_silence_requires_stop(args: Any, raw: dict[str, Any]) -> None:
-    """A silence_ms that cannot take effect is a mistake, rejected like an unknown argument."""
-    silence = getattr(args, "silence_ms", None)
-    if silence is None:
+    """A silence_ms or end_of_turn that cannot take effect is a mistake, rejected like an unknown argument."""
+    if not hasattr(args, "stop_on_silence"):
         return
     stop = args.stop_on_silence
     stops = stop if stop is not None else isinstance(args, TranscribeArgs)
-    if not stops:
-        raise InvalidArgument("silence_ms requires stop_on_silence: true")
+    for name in ("silence_ms", "end_of_turn"):
+        if getattr(args, name, None) is not None and not stops:
+            raise InvalidArgument(f"{name} requires stop_on_silence: true")
 
 
 def _describe(model: type[_Args], exc: ValidationError, raw: dict[str, Any]) -> str:
@@ -311,7 +318,7 @@ def input_schema(model: type[_Args], defaults: Defaults = Defaults()) -> dict[st
     for name, prop in schema.get("properties", {}).items():
         if "description" in prop:
             prop["description"] = prop["description"].format_map(words)
-        if name in ("whisper_model", "language", "model", "prompt", "silence_ms"):
+        if name in ("whisper_model", "language", "model", "prompt", "silence_ms", "end_of_turn"):
             prop["default"] = words[name]
         else:
             prop.pop("default", None)

@@ -194,6 +194,9 @@ class Endpointer:
 
     def __init__(self, config: EndpointConfig | None = None) -> None:
         self.config = config or EndpointConfig()
+        self.silence_target_ms: float = self.config.silence_ms
+        """The silence that ends this pause: silence_ms, or longer while the words so far sound
+        unfinished (the listener sets it, end_of_turn "smart")."""
         self.windows = 0
         """Windows fed so far."""
         self.speech_detected = False
@@ -364,7 +367,7 @@ class Endpointer:
 
     def _stop_reason(self) -> str | None:
         config = self.config
-        if self.speech_detected and self._silence_run * config.window_ms >= config.silence_ms:
+        if self.speech_detected and self._silence_run * config.window_ms >= self.silence_target_ms:
             return SILENCE
         if self.elapsed_ms >= config.max_ms:
             return CEILING

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from mcp_listen.audio.levels import level_db
-from mcp_listen.contract.limits import partial_message
+from mcp_listen.contract.limits import DEFAULT_END_OF_TURN, UNFINISHED_SILENCE_FACTOR, partial_message
 from mcp_listen.contract.models import (
     CAPTURE_DURATION_MS,
     LISTEN_DURATION_MS,
@@ -31,6 +31,7 @@ from mcp_listen.contract.models import (
 from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
+from mcp_listen.speech.turns import sounds_finished
 from mcp_listen.speech.vad import shared_vad
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class EndpointDecider(Protocol):
 
     def feed(self, probability: float, level_db: float | None = None) -> str | None: ...
 
+    silence_target_ms: float
+    """The silence that ends the current pause (the listener sets it before each feed)."""
+
 
 class PhraseSink(Protocol):
     """What the listener hands finished phrases and guesses to (phrases.PhraseWorker)."""
@@ -84,6 +88,11 @@ class PhraseSink(Protocol):
     def speculate(self, audio: Any, key: tuple[int, int]) -> None: ...
 
     def detect(self, audio: Any) -> None: ...
+
+    def words_at_pause(self, key: tuple[int, int] | None) -> str | None: ...
+
+    language: str
+    """The language asked for, or the one heard."""
 
     @property
     def so_far(self) -> str:
@@ -99,6 +108,8 @@ class Plan:
     stop_on_silence: bool
     silence_ms: int
     device: int | str | None
+    end_of_turn: str = DEFAULT_END_OF_TURN
+    """"smart": a pause after words that sound unfinished must be longer (speech/turns.py)."""
 
     @property
     def max_frames(self) -> int:
@@ -113,7 +124,13 @@ class Plan:
             stop_on_silence=stop,
             silence_ms=args.silence_ms if args.silence_ms is not None else defaults.silence_ms,
             device=args.device,
+            end_of_turn=(getattr(args, "end_of_turn", None) or defaults.end_of_turn) if stop_default else "silence",
         )
+
+    @property
+    def unfinished_silence_ms(self) -> int:
+        """The pause that ends a turn whose words sound unfinished (end_of_turn "smart")."""
+        return min(round(self.silence_ms * UNFINISHED_SILENCE_FACTOR), self.max_ms)
 
 
 @dataclass(frozen=True)
@@ -240,6 +257,7 @@ class Listener:
         vad, endpointer = self.vad, self.endpointer
         if vad is not None and endpointer is not None:
             probability, level = vad.hear(window, run=endpointer.needs_vad(level_db(window)))
+            endpointer.silence_target_ms = self._turn_silence_ms()
             reason = endpointer.feed(probability, level)
             speaking = endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events(endpointer)
@@ -253,6 +271,25 @@ class Listener:
                 self.progress(self.elapsed_ms, self.plan.max_ms, "Listening")
             self._report_words(self.progress)
         return reason
+
+    def _turn_silence_ms(self) -> float:
+        """The pause that ends the turn now: silence_ms, or (end_of_turn "smart") longer until the
+        guess at this pause's words is in and sounds finished (speech/turns.py)."""
+        plan = self.plan
+        if plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
+            return plan.silence_ms
+        words = self._words_at_pause(self.phrases, self.speech_end_frame)
+        if words is not None and sounds_finished(words, self.phrases.language):
+            return plan.silence_ms
+        return plan.unfinished_silence_ms
+
+    def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> str | None:
+        """The transcript of the words this pause follows, None until it is in: the guess made for the
+        speech since the last cut, or the phrases so far when the last word is in a phrase already cut."""
+        if speech_end <= self.phrase_start_frame:
+            return phrases.words_at_pause(None)
+        key = (self.phrase_start_frame, speech_tail_end(speech_end))
+        return phrases.words_at_pause(key) if self._speculated == key else None
 
     def _report_words(self, progress: Progress) -> None:
         """The transcript so far, each time it changed (a phrase or a guess transcribed): the user

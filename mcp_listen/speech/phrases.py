@@ -79,6 +79,9 @@ class PhraseWorker:
         self._thread = threading.Thread(target=self._run, name="mcp-listen-phrases", daemon=True)
         self._thread.start()
         self.submitted = 0
+        self.transcribed = 0
+        """Phrases (not guesses) transcribed so far, failed ones included: all are in so_far when it
+        equals `submitted`."""
 
     def submit(self, audio: Any) -> None:
         """Queue one finished phrase (int16 samples); returns at once."""
@@ -102,6 +105,22 @@ class PhraseWorker:
         self.retract()
         self._speculation = _Job(audio, key, speculative=True)
         self._jobs.put(self._speculation)
+
+    def words_at_pause(self, key: tuple[int, int] | None) -> str | None:
+        """The words that end at this pause, once transcribed: the guess at `key` (the speech since the
+        last phrase), or, with `key` None (the pause began inside a phrase already handed over), the
+        text so far once every phrase is in. None while they are not."""
+        if key is not None:
+            return self.guess_for(key)
+        return self.so_far if self.transcribed == self.submitted else None
+
+    def guess_for(self, key: tuple[int, int]) -> str | None:
+        """The guess at the speech `key` spans, once transcribed; None while it is not (or was never
+        asked for). A failed guess reads as nothing heard: there is nothing to wait for."""
+        guess = self._speculation
+        if guess is None or guess.key != key or not guess.done.is_set():
+            return None
+        return "" if guess.error is not None else guess.text
 
     def retract(self) -> None:
         """The speaker went on: drop the guess, and stop whisper if it is working on it."""
@@ -169,6 +188,7 @@ class PhraseWorker:
                 job.error = None if job.abort.is_set() else exc
             else:
                 self._error = exc
+                self.transcribed += 1
             return
         if heard and self.language == "auto":
             self.language = heard  # detected once: later phrases are not detected again
@@ -176,6 +196,7 @@ class PhraseWorker:
             job.text = text
         else:
             self._texts.append(text)
+            self.transcribed += 1
         if not job.abort.is_set():
             self.so_far = join_phrases([*self._texts, text] if job.speculative else self._texts)
 

@@ -79,3 +79,22 @@ async def test_a_microphone_that_delivers_only_zeros_is_named_and_a_quiet_room_i
     assert DIGITAL_SILENCE_PROGRESS in messages
     assert messages.index(DIGITAL_SILENCE_PROGRESS) < next(i for i, m in enumerate(messages) if "finished" in m)
     assert "warning" not in room.structured_content, room.structured_content
+
+
+async def test_smart_end_of_turn_waits_through_a_thinking_pause_that_silence_ends_at(vmic, tmp_path, model_path):
+    """The user stops mid-sentence to think for 1.6 s: "silence" (1000 ms) ends the turn there and
+    loses the rest; "smart" hears that the words so far end on "and" and waits for them."""
+    clip = A.concat([A.silence(300), A.speech(THINKING[0]), A.silence(1600), A.speech(THINKING[1]), A.silence(3500)])
+    env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    texts = {}
+    async with mcp_client(env) as client:
+        for mode in ("silence", "smart"):
+            args = {"whisper_model": str(model_path), "end_of_turn": mode}
+            result = await call_while_playing(client, vmic, "transcribe_voice", args, clip)
+            assert not result.is_error, result.content[0].text
+            texts[mode] = result.structured_content["transcription"] or ""
+    assert "milk" not in texts["silence"].lower(), texts
+    assert wer(" ".join(THINKING), texts["smart"]) <= 0.35, texts
+
+
+THINKING = ("I would like to buy some bread and", "some milk for the children.")

@@ -170,3 +170,17 @@ def test_the_words_so_far_are_marked_partial_and_keep_their_latest_200_character
     words = message.removeprefix(PARTIAL_PREFIX)
     assert len(words) <= PARTIAL_TEXT_CHARS and words.startswith("…")
     assert words.endswith("word198 word199") and long.endswith(words[1:])
+
+
+def test_end_of_turn_is_silence_or_smart_and_needs_stop_on_silence():
+    assert parse_args(TranscribeArgs, {"end_of_turn": "smart"}).end_of_turn == "smart"
+    assert parse_args(VoiceQueryArgs, {}).end_of_turn is None  # the default applies (MCP_LISTEN_END_OF_TURN)
+    with pytest.raises(InvalidArgument, match=r'end_of_turn: expected one of "silence" .* \'clever\''):
+        parse_args(TranscribeArgs, {"end_of_turn": "clever"})
+    with pytest.raises(InvalidArgument, match="end_of_turn requires stop_on_silence: true"):
+        parse_args(TranscribeArgs, {"end_of_turn": "smart", "stop_on_silence": False})
+    with pytest.raises(InvalidArgument, match="Unknown argument 'end_of_turn'"):
+        parse_args(CaptureArgs, {"end_of_turn": "smart"})
+    schema = contracts.input_schema(TranscribeArgs, contracts.Defaults(end_of_turn="smart"))
+    assert schema["properties"]["end_of_turn"]["default"] == "smart"
+    assert "Default smart" in schema["properties"]["end_of_turn"]["description"]

@@ -8,6 +8,7 @@ every piece of audio handed over says exactly which windows it came from.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import PARTIAL_PREFIX, partial_message
@@ -210,3 +211,46 @@ def test_a_tape_that_lets_go_keeps_counting_and_says_where_its_samples_start():
     recording = tape.recording("silence")
     assert recording.frames == 10 * WINDOW and recording.start_frame == 7 * WINDOW
     assert [int(v) for v in recording.samples[::WINDOW]] == [7, 8, 9]
+
+
+class Guessing(FakeWorker):
+    """A worker whose guess at each pause is `words` (None: still transcribing)."""
+
+    def __init__(self, words) -> None:
+        super().__init__()
+        self.words, self.language, self.asked = words, "en", []
+
+    def words_at_pause(self, key):
+        self.asked.append(key)
+        return self.words
+
+
+def stop_after_speech_ms(words, end_of_turn, silence_ms=1000):
+    """Windows of quiet after 2 s of speech until the stop, in ms."""
+    worker = Guessing(words)
+    plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=end_of_turn)
+    listener = Listener(plan, None, None, worker, vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))))
+    reason = None
+    while reason is None:
+        reason = listener.on_window(np.full(WINDOW, listener.windows, dtype=np.int16))
+    assert reason == "silence"
+    return (listener.windows - 102) * 32, worker
+
+
+@pytest.mark.parametrize("words", ["I went to the store to buy some bread and.", "So I was thinking", None])
+def test_smart_end_of_turn_waits_longer_after_unfinished_words(words):
+    smart, worker = stop_after_speech_ms(words, "smart")
+    plain, _ = stop_after_speech_ms(words, "silence")
+    assert plain <= 1100 and 2400 <= smart <= 2600, (plain, smart)
+    assert worker.asked and all(key == worker.speculations[-1][1] for key in worker.asked if key is not None)
+
+
+def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
+    smart, _ = stop_after_speech_ms("I went to the store.", "smart")
+    plain, _ = stop_after_speech_ms("I went to the store.", "silence")
+    assert smart == plain
+
+
+def test_the_longer_pause_never_passes_the_recording_s_ceiling():
+    plan = Plan(max_ms=1800, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
+    assert plan.unfinished_silence_ms == 1800

@@ -101,3 +101,11 @@ def test_a_password_holding_a_slash_stays_credentials_and_is_masked():
     target = Target.parse("http://bob:hunter/2@ollama.internal:8080")
     assert (target.host, target.port, target.prefix) == ("ollama.internal", 8080, "")
     assert "hunter" not in target.shown and "bob" not in target.shown
+
+
+def test_the_end_of_turn_default_comes_from_the_environment_and_a_bad_one_is_named():
+    assert load_settings({}).defaults.end_of_turn == "silence"
+    assert load_settings({"MCP_LISTEN_END_OF_TURN": "smart"}).defaults.end_of_turn == "smart"
+    bad = load_settings({"MCP_LISTEN_END_OF_TURN": "sometimes"})
+    assert bad.defaults.end_of_turn == "silence"
+    assert len(bad.problems) == 1 and "MCP_LISTEN_END_OF_TURN" in bad.problems[0] and "smart" in bad.problems[0]

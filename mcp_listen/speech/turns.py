@@ -1,0 +1,56 @@
+"""Does what was said so far sound like the end of the user's turn? From whisper's own text.
+
+end_of_turn "smart" asks this of the speculative transcript made in each pause (speech/phrases.py
+has it before silence_ms has passed): words that end unfinished — no final punctuation, an
+ellipsis, or a trailing conjunction, article, preposition or filler in the language heard —
+make the pause that ends the turn longer. Whisper ends almost every piece with a full stop, even
+one cut mid-sentence ("to buy some bread and."), so the trailing word decides as often as the
+punctuation does. Pure: no audio, no whisper.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_FILLERS = "um umm uh uhh uhm er erm hmm mm ah eh"
+_TRAILING = {
+    "en": "and or but so because cause if than which who whose where when while although though unless until "
+    "whereas the a an my your our their to of for from with without at into onto about between through",
+    "es": "y e o u ni pero que porque pues como si cuando donde aunque el la los las un una unos unas mi tu "
+    "su de del al a en con sin por para entre hasta desde eh este",
+    "fr": "et ou mais donc car que qui quand si comme parce puisque lorsque le la les un une des du de au aux "
+    "à dans sur sous avec sans pour par vers chez mon ma mes ton ta tes son sa ses notre votre leur ce cet "
+    "cette ces euh ben bah",
+    "de": "und oder aber denn dass weil wenn als ob obwohl der die den dem des ein eine einen einem einer "
+    "mein dein unser zum zur vom von für über unter bei ohne äh ähm",
+    "it": "e o ma che perché quando se come mentre il lo la i gli le un uno una di del della a al in con su "
+    "per tra fra da ehm cioè",
+    "pt": "e ou mas que porque quando se como enquanto o a os as um uma uns umas de do da dos das ao em no na "
+    "com sem por para eh tipo",
+    "nl": "en of maar want omdat als wanneer de het een van met voor naar eh uh dus",
+}
+"""Words after which a sentence does not end, per language: conjunctions, articles, prepositions,
+fillers. Left out where a sentence often ends on them: pronouns and demonstratives ("I like that",
+"Ich mag das"), and the particles of separable verbs ("mach die Tür zu", "kom op")."""
+
+_TRAILING_WORDS = {lang: frozenset(f"{words} {_FILLERS}".split()) for lang, words in _TRAILING.items()}
+_CLOSERS = "['\"”’»)\\]]*$"
+_ASKS_OR_EXCLAIMS = re.compile(r"[!?！？]" + _CLOSERS)
+_FULL_STOP = re.compile(r"(?<![.])[.。]" + _CLOSERS)
+_LAST_WORD = re.compile(r"(\w[\w'’]*)\W*$")
+
+
+def sounds_finished(text: str, language: str) -> bool:
+    """True when `text` ends like a finished sentence in `language` (a code; unknown: English words).
+
+    Nothing heard (empty) counts as finished: there is nothing to wait for.
+    """
+    text = unicodedata.normalize("NFC", text.strip())
+    if not text or _ASKS_OR_EXCLAIMS.search(text):
+        return True  # a question or an exclamation ends a turn, whatever its last word
+    if not _FULL_STOP.search(text):
+        return False  # no final punctuation, or it trails off ("...", "…", a comma)
+    last = _LAST_WORD.search(text)
+    trailing = _TRAILING_WORDS.get(language, _TRAILING_WORDS["en"])
+    return last is None or last.group(1).lower().replace("’", "'") not in trailing
