@@ -125,12 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--short-runs", type=int, default=3)
     parser.add_argument("--model", type=Path, default=ROOT / "tests/assets/ggml-tiny.en.bin")
+    parser.add_argument("--threads", type=int, default=2, help="whisper threads (1 on a machine shared with a job)")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     entries = clips()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        rig = Rig(opts.model.parent, work)
+        rig = Rig(opts.model.parent, work, threads=opts.threads)
         runs: dict[str, list[dict]] = {"short": [], "long": []}
         try:
             short = dictation(entries, 10, work / "short.wav")
@@ -142,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             print("long", runs["long"][-1], flush=True)
         finally:
             rig.close()
-    report = {"model": opts.model.name, "silence_ms": SILENCE_MS, "gap_ms": GAP_MS, "runs": runs}
+    report = {
+        "model": opts.model.name,
+        "threads": opts.threads,
+        "silence_ms": SILENCE_MS,
+        "gap_ms": GAP_MS,
+        "runs": runs,
+    }
     if opts.json:
         opts.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

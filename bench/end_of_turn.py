@@ -153,15 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "tests/assets/ggml-tiny.en.bin")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="whisper threads (1 on a machine shared with a job)")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        rig = Rig(opts.model.parent, Path(tmp))
+        rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
         try:
             report = measure(rig, opts.model, clips(), Path(tmp), opts.repeats)
         finally:
             rig.close()
-    report = {"model": opts.model.name, "silence_ms": SILENCE_MS, **report}
+    report = {"model": opts.model.name, "threads": opts.threads, "silence_ms": SILENCE_MS, **report}
     print(json.dumps(report["summary"], indent=2))
     if opts.json:
         opts.json.write_text(json.dumps(report, indent=2) + "\n")

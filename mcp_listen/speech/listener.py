@@ -234,10 +234,10 @@ class Listener:
         """Window index of _kept[0]: windows before it were let go."""
         self._speculated: tuple[int, int] | None = None
         self._told = ""
+        """The transcript so far as last reported."""
         self._zero_windows = 0
         """Windows of only zeros since the stream opened, until the first sound."""
         self._sound_heard = False
-        """The transcript so far as last reported."""
         self._cutter = PhraseCutter() if phrases is not None else None
         self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
         """Windows after the onset at which the language is detected."""
