@@ -14,7 +14,7 @@ from mcp_listen.audio.levels import level_db
 from mcp_listen.audio.wavfile import UserFile
 from mcp_listen.config import Settings
 from mcp_listen.contract import models as contracts
-from mcp_listen.contract.limits import PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
+from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.contract.results import wire
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
@@ -42,19 +42,40 @@ def print_json(value: Any) -> None:
 
 
 def devices(opts: argparse.Namespace, settings: Settings) -> int:
-    found = wire(Engine(settings).list_devices())["devices"]
+    args = contracts.parse_args(contracts.ListDevicesArgs, tool_args(opts, ("kind",)))
+    kind = args.kind or DEFAULT_DEVICE_KIND
+    found = wire(Engine(settings).list_devices(kind))["devices"]
     if opts.json:
         print_json(found)
         return EXIT_OK
     if not found:
-        print("No input devices found.")
+        print({"input": "No input devices found.", "output": "No output devices found."}.get(kind, "No devices found."))
         return EXIT_OK
+    if kind == DEFAULT_DEVICE_KIND:
+        _input_table(found)
+    else:
+        _device_table(found)
+    return EXIT_OK
+
+
+def _input_table(found: list[dict[str, Any]]) -> None:
     print(f"{'':2}{'index':>5}  {'id':<48} {'ch':>3} {'rate':>7}")
     for d in found:
         mark = "* " if d["isDefault"] else "  "
         print(f"{mark}{d['index']:>5}  {d['id']:<48} {d['maxInputChannels']:>3} {d['defaultSampleRate']:>7.0f}")
     print("\n* = default input. Pass the id as device to the tools (ids are stable, indexes are not).")
-    return EXIT_OK
+
+
+def _device_table(found: list[dict[str, Any]]) -> None:
+    """Inputs and outputs: `*` marks the default input, `>` the default output."""
+    print(f"{'':3}{'index':>5}  {'kind':<6} {'id':<48} {'in':>3} {'out':>3} {'rate':>7}")
+    for d in found:
+        mark = ("*" if d["isDefault"] else " ") + (">" if d["isDefaultOutput"] else " ")
+        print(
+            f"{mark} {d['index']:>5}  {d['kind']:<6} {d['id']:<48} {d['maxInputChannels']:>3} "
+            f"{d['maxOutputChannels']:>3} {d['defaultSampleRate']:>7.0f}"
+        )
+    print("\n* = default input, > = default output. Ids are stable, indexes are not.")
 
 
 def capture(opts: argparse.Namespace, settings: Settings) -> int:

@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.add_parser("serve", help="serve MCP over stdio (the default)")
-    devices = sub.add_parser("devices", help="list microphones")
+    devices = sub.add_parser("devices", help="list microphones (or speakers: --kind output)")
+    devices.add_argument(
+        "--kind", choices=limits.DEVICE_KINDS, help=f"input, output or all (default {limits.DEFAULT_DEVICE_KIND})"
+    )
     devices.add_argument("--json", action="store_true", help="print JSON")
     capture = sub.add_parser("capture", help="record a WAV with the same code as capture_audio")
     _recording_options(capture, stop_default=False)

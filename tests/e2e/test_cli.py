@@ -45,6 +45,15 @@ def test_devices_table_and_json(env):
     assert f"* {default['index']:>5}  {default['id']}" in table.stdout
 
 
+def test_devices_kind_output_and_all(env):
+    outputs = json.loads(run(["devices", "--kind", "output", "--json"], env).stdout)
+    table = run(["devices", "--kind", "all"], env)
+    wrong = run(["devices", "--kind", "speakers"], env)
+    speaker = next(d for d in outputs if d["isDefaultOutput"])
+    assert table.returncode == 0 and f"> {speaker['index']:>5}  {speaker['kind']:<6} {speaker['id']}" in table.stdout
+    assert wrong.returncode == 64 and "speakers" in wrong.stderr
+
+
 def test_capture_to_a_chosen_file(env, tmp_path):
     out = tmp_path / "take.wav"
     done = run(["capture", "--duration-ms", "500", "--out", str(out)], env)
