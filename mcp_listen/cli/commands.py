@@ -157,6 +157,50 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def voices(opts: argparse.Namespace, settings: Settings) -> int:
+    """List the Piper voices, each checked, or pull one (its model card and how it was verified on stderr)."""
+    from mcp_listen.voice import store as voice_store
+    from mcp_listen.voice.names import SUGGESTED_VOICE
+
+    if opts.voices_command == "pull":
+        pulled = voice_store.pull(opts.name, settings, force=opts.force)
+        if pulled.card:
+            print(pulled.card + "\n", file=sys.stderr)
+        print(f"{pulled.info.name}: verified by {pulled.verified}", file=sys.stderr)
+        print(pulled.info.path)
+        return EXIT_OK
+    found = voice_store.list_voices(settings)
+    if opts.json:
+        print_json([_voice_json(v) for v in found])
+        return EXIT_OK
+    print("Searched, in order:")
+    for folder in voice_store.search_dirs(settings):
+        print(f"  {folder}")
+    if not found:
+        print(f"No Piper voices found. Fetch one: {command('voices', 'pull', SUGGESTED_VOICE)}")
+        return EXIT_UNAVAILABLE
+    for v in found:
+        if v.info is None:
+            print(f"  {v.name:<32} invalid: {v.problem}")
+            continue
+        i = v.info
+        quality = i.quality or "-"
+        print(
+            f"  {i.name:<32} {i.language:<6} {quality:<7} {i.sample_rate:>6} Hz {i.size_bytes / 1e6:7.1f} MB  {i.path}"
+        )
+    return EXIT_OK
+
+
+def _voice_json(listed: Any) -> dict[str, Any]:
+    """One voice for `voices --json`: its checked facts, or `problem` saying why it cannot be used."""
+    info = listed.info
+    if info is None:
+        return {"name": listed.name, "path": str(listed.path), "valid": False, "problem": listed.problem}
+    facts = {"language": info.language, "quality": info.quality, "sample_rate": info.sample_rate}
+    facts.update(num_speakers=info.num_speakers, size_bytes=info.size_bytes)
+    return {"name": info.name, "path": str(info.path), "valid": True, **facts, "problem": None}
+
+
 def _read_wav(path: Any) -> Any:
     import wave
 

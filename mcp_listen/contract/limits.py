@@ -49,6 +49,8 @@ MAX_PROMPT_CHARS = 100_000
 MAX_WHISPER_MODEL_CHARS = 1024
 MAX_LLM_MODEL_CHARS = 200
 MAX_DEVICE_CHARS = 512
+MAX_VOICE_CHARS = 1024
+"""Longest voice argument (a Piper voice name, file name or path), as for whisper_model."""
 DEVICE_KINDS = ("input", "output", "all")
 """What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""
 DEFAULT_DEVICE_KIND = "input"
