@@ -12,7 +12,7 @@ silence_ms 1500) listens: once for about 10 seconds of speech (`--short-runs` ti
 - *after speech*: from the end of the clip's last loud sample (play start + its offset) to the
   result, minus silence_ms (ms): what the user waits for, playback latency included;
 - *progress gap*: the longest time between two progress notifications while listening (s);
-- *RSS*: the server's resident memory 10 s into the speech, at the end, and its peak (MB);
+- *RSS*: the server's resident memory 10 s into the speech, once a minute, at the end, and its peak (MB);
 - *WER*: of the transcript against the recordings' own transcripts.
 """
 
@@ -114,6 +114,7 @@ def one_run(rig: Rig, model: Path, wav: Path, reference: str, speech_end_s: floa
         "after_speech_ms": round((t_reply - t_play - speech_end_s) * 1000 - SILENCE_MS, 1),
         "progress_gap_s": round(float(np.max(np.diff(listening))), 2) if len(listening) > 1 else None,
         "rss_10s_mb": trace.at(t_play + 10),
+        "rss_every_minute_mb": [round(rss, 1) for when, rss in trace.samples if (when - t_play) % 60 < 1],
         "rss_end_mb": round(stats["VmRSS"], 1),
         "rss_peak_mb": round(stats["VmHWM"], 1),
         "wer": round(wrong / max(1, total), 3),
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(opts.short_runs):
                 runs["short"].append(one_run(rig, opts.model, *short, f"short-{i}"))
                 print("short", runs["short"][-1], flush=True)
-            long = dictation(entries, opts.minutes * 60, work / "long.wav")
+            long = dictation(entries, opts.minutes * 60 - 15, work / "long.wav")  # ends before the ceiling
             runs["long"].append(one_run(rig, opts.model, *long, "long"))
             print("long", runs["long"][-1], flush=True)
         finally:

@@ -9,6 +9,9 @@ them under tests/assets/audio/, never committed.
   own offset) summed: a crowded café, noise made of speech. Eight talkers are not babble yet:
   Silero hears a conversation in them (p >= 0.5 in 96 % of windows, against 0 % with sixteen),
   and so would a person (README "Guarantees and limits").
+- *brown*: brown (1/f^2 power) noise, flat under 20 Hz so it does not drift: the deep, steady
+  roar of a large fan or a ventilation duct, with most of its power under speech's formants.
+- *hiss*: white noise, flat to 8 kHz: tape or microphone-preamp hiss, an air vent's rush.
 
 The mix is set by SNR against the speech's *active* level (the RMS of the 32 ms windows within
 30 dB of its loudest), as speech-in-noise corpora do: at 10 dB the noise is 10 dB under the
@@ -72,6 +75,21 @@ def _fan(n: int, seed: int) -> np.ndarray:
     return noise + hum
 
 
+def _brown(n: int, seed: int) -> np.ndarray:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    spectrum = np.fft.rfft(rng.standard_normal(n))
+    freqs = np.fft.rfftfreq(n, 1 / RATE)
+    return np.fft.irfft(spectrum / np.maximum(freqs, 20.0), n)  # amplitude 1/f: power 1/f^2
+
+
+def _hiss(n: int, seed: int) -> np.ndarray:
+    import numpy as np
+
+    return np.random.default_rng(seed).standard_normal(n)
+
+
 def _babble(n: int, seed: int) -> np.ndarray:
     import numpy as np
 
@@ -89,11 +107,11 @@ def _babble(n: int, seed: int) -> np.ndarray:
     return out
 
 
-NOISES = {"fan": _fan, "babble": _babble}
+NOISES = {"fan": _fan, "babble": _babble, "brown": _brown, "hiss": _hiss}
 
 
 def noise(kind: str, n: int, seed: int = 7) -> np.ndarray:
-    """`n` samples of unit-RMS noise of a kind ("fan" or "babble"), float64."""
+    """`n` samples of unit-RMS noise of a kind ("fan", "babble", "brown" or "hiss"), float64."""
     import numpy as np
 
     x = NOISES[kind](n, seed)
@@ -117,3 +135,22 @@ def in_room(part: A.Part, kind: str, snr_db: float, *, speech_rms: float | None 
     digest = hashlib.sha256(A.samples_of(part).tobytes()).hexdigest()
     key = (RECIPE, digest, kind, float(snr_db), None if speech_rms is None else round(float(speech_rms), 3), int(seed))
     return A._cached_samples("room", key, make)
+
+
+def speech_in_noise(
+    samples: np.ndarray, kind: str, snr_db: float, *, seed: int = 7, before_ms: int = 1000, after_ms: int = 3000
+) -> tuple[np.ndarray, int]:
+    """`samples` (speech) inside `kind` noise that starts `before_ms` before the clip and runs until
+    `after_ms` after its last loud sample, `snr_db` under the speech's active level; not cached.
+
+    Returns (int16 mix, index in it of the speech's last loud sample)."""
+    import numpy as np
+
+    clean = np.asarray(samples, dtype=np.float64)
+    lead = RATE * before_ms // 1000
+    last = lead + A.last_loud_sample(samples)
+    total = max(lead + len(clean), last + 1 + RATE * after_ms // 1000)
+    padded = np.zeros(total)
+    padded[lead : lead + len(clean)] = clean
+    mixed = padded + noise(kind, total, seed) * active_rms(clean) * 10 ** (-snr_db / 20)
+    return np.clip(np.round(mixed), -32768, 32767).astype(np.int16), last

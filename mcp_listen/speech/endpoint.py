@@ -10,13 +10,17 @@ Silero decides *whether* there was speech; the level only sharpens *when* it end
 Silero's probability stays high after the last loud sample (its recurrent state
 decays): a median 96 ms on espeak-ng speech, 118 ms (p90 309, up to 371 ms) on real
 voices, whose breath and room tails it still scores as speech; counting silence from
-the probability alone stops that much late. When a silence run starts, the windows just before it that were already
-quiet by level (20 dB under the loudest speech, or within 6 dB of the noise floor) are
-counted as silence too, at most `under_peak_decay_windows` (12) of them, or `decay_windows` (8)
-where they are quiet only by being near a loud room's floor: the stop then lands
-`silence_ms` after the speech really ended. In a noisy room the level also keeps the room
-from resuming speech: once a pause began, a window Silero scores as speech but no louder
-than the noise floor only continues the pause (a crowd's babble).
+the probability alone stops that much late. When a silence run starts, the windows just before it
+that were already quiet by level are counted as silence too, at most `decay_windows` (8) of them:
+the stop then lands `silence_ms` after the speech really ended. A window is quiet only when it is
+*both* 20 dB under the loudest speech window *and* no louder than the room (within 6 dB of the
+noise floor heard before speech, or under -45 dBFS when the room is quieter than that). In a loud
+room the last syllable fades into the floor's own window-to-window swing (brown noise: +-6 dB), so
+"near the floor" is no proof the speech ended; in a quiet room the last syllable's tail is 20-30 dB
+under the peak yet still audible (samples over -40 dBFS), so "under the peak" is none either. In a
+noisy room the level also keeps the room from resuming speech: once a pause began, a window
+Silero scores as speech but no louder than the noise floor only continues the pause (a crowd's
+babble).
 
 The level also says when Silero need not run at all (`needs_vad`): in a quiet room, a window
 at the noise floor while nobody is speaking cannot be speech, and its probability could not
@@ -74,36 +78,43 @@ class EndpointConfig:
     """Duration of one fed window (512 samples at 16 kHz)."""
 
     decay_windows: int = 8
-    """At most this many windows before a silence run may count as silence (Silero's decay, <= 256 ms).
+    """At most this many quiet windows before a silence run count as silence (Silero's decay, <= 256 ms).
 
-    On real voices Silero stays >= 0.5 up to 371 ms after the last loud sample (breath, room
-    tail); with 4 the stop came a median 72 ms (p90 251 ms) after silence_ms on 17 real recordings,
-    with 8 (and quiet_below_peak_db 20) 30 ms (p90 81 ms). The cost is bounded: a pause shorter than
-    silence_ms - 32 ms x the larger of this and under_peak_decay_windows can never end the
-    recording, however it is scored."""
-
-    under_peak_decay_windows: int = 12
-    """At most this many such windows count when they are quiet by the peak rule (quiet_below_peak_db
-    under the loudest speech window), not merely near a loud room's floor (<= 384 ms).
-
-    Silero scores the tails of 8 kHz telephone prompts as speech for up to 11 windows after the level
-    fell 20 dB (an Asterisk prompt: probability 0.65 at 319 ms); with decay_windows alone the stop
-    came 119 ms late there. Replayed (bench/endpoint_replay.py, 17 real recordings x 8 alignments):
-    stop after silence_ms p90 80.5 -> 44.5 ms, max 167 -> 51 ms. Near the floor the credit stays at
-    decay_windows: at 10 dB SNR babble, "kitchen"'s last syllable is within room_margin_db of the
-    room, and 10 windows of credit cut a 950 ms pause in 1 replay of 80 (2 with 12)."""
+    On real voices Silero stays >= 0.5 up to 371 ms after the last loud sample (breath, room tail).
+    Replayed with the quiet rule below (bench/endpoint_replay.py, 17 real recordings x 8 alignments,
+    quiet): stop after silence_ms p90 254.7 ms with 4, 230.7 with 6, 8 or more; over hiss at 20 dB
+    SNR the median is 45.3 ms with 8 and 43.2 with 10 or more. The cost is bounded: a pause shorter
+    than silence_ms - 32 ms x this can never end the recording, however it is scored."""
 
     quiet_below_peak_db: float = 20.0
-    """A window at least this far under the loudest speech window is quiet (by level)...
+    """A quiet window is at least this far under the loudest speech window...
 
-    20 dB is the benchmarks' own end of speech (a 10 ms envelope under 10 % of its peak); at 30 dB
-    the tails of real voices (-20 to -35 dB, Silero still >= 0.9) counted as speech."""
+    20 dB is the benchmarks' own end of speech (a 10 ms envelope under 10 % of its peak). Alone it
+    is no proof in a loud room: over brown noise at 5 dB SNR the speaker's last windows sit 4-6 dB
+    over the floor, in the floor's own +-6 dB swing, and counting "within room_margin_db of the
+    floor" as quiet stopped 21 of 24 espeak replays early (median -35 ms, min -77 ms), 7 of 24 over
+    hiss at 10 dB. Required together with the room rule, a loud room (floor over peak - 20 dB) earns
+    no credit: those replays stop 143-290 ms after silence_ms, never early."""
 
     room_margin_db: float = 6.0
-    """...and so is one less than this above the noise floor heard before speech (a noisy room).
+    """...and less than this above the noise floor heard before speech...
 
-    It was 10 dB:
-    at 10 dB SNR the last words then counted as quiet and the stop came 56 ms before silence_ms."""
+    At 20 dB SNR (brown noise, hiss) the credit this allows stopped no espeak replay early (min +22 ms)
+    and kept the real recordings' median at 45-51 ms (no credit: 150-162 ms). With 3 dB the median
+    was 66-117 ms; the early stops the credit adds there fell from 13 of 272 to 1, all on one
+    recording (librivox-0880) whose last loud sample is 3-4 dB over its own floor, where Silero alone
+    already stops early and the credit adds one window."""
+
+    quiet_room_dbfs: float = -45.0
+    """...or, where the room is quieter than that, under this level (dBFS).
+
+    In a quiet room the tail of a last syllable is 20-30 dB under the peak and still audible: the
+    espeak sentences hold samples over -40 dBFS up to 126 ms after their last loud sample, and with
+    the peak rule alone the stop came before silence_ms after the last such sample in 46 of 88
+    replays (min -78 ms). Replayed on those 88: -42 dBFS 1 early (-2.9 ms), -43 none (min +1.1), -45
+    none (min +9.1 ms). Real recordings over digital silence (the Asterisk prompts) have the same
+    audible tails, so their stop now lands 13-34 ms (medians) after the last sample over -40 dBFS,
+    later after the last loud sample than before (see bench/README.md)."""
 
     resume_above_quiet_db: float = 12.0
     """In a pause, a window Silero scores as speech resumes speech only this far above the quietest
@@ -139,7 +150,7 @@ class EndpointConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
         if self.onset_span_ms < self.onset_ms:
             raise ValueError("onset_span_ms must be >= onset_ms, or speech could never be confirmed.")
-        for name in ("decay_windows", "under_peak_decay_windows", "gate_after_silence_windows"):
+        for name in ("decay_windows", "gate_after_silence_windows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}.")
@@ -215,9 +226,7 @@ class Endpointer:
         self._floor_levels: deque[float] = deque(maxlen=FLOOR_WINDOWS)
         self._floor_db: float | None = None
         self._quiet_run = 0
-        """Consecutive most recent windows that were quiet by level."""
-        self._under_peak_run = 0
-        """Consecutive most recent windows quiet by the peak rule alone (quiet_below_peak_db under the loudest)."""
+        """Consecutive most recent windows that were quiet by level (`_quiet_below`)."""
         self._recent_levels: deque[float] = deque(maxlen=GATE_WINDOWS)
 
     @property
@@ -287,10 +296,16 @@ class Endpointer:
             return
         if self._floor_db is None:  # frozen at onset: speech must not raise it
             self._floor_db = self._floor_at_onset()
-        under_peak = level_db < self._peak_db - config.quiet_below_peak_db
-        quiet = under_peak or level_db < self._floor_db + config.room_margin_db
-        self._quiet_run = self._quiet_run + 1 if quiet else 0
-        self._under_peak_run = self._under_peak_run + 1 if under_peak else 0
+        self._quiet_run = self._quiet_run + 1 if level_db < self._quiet_below(self._floor_db) else 0
+
+    def _quiet_below(self, floor_db: float) -> float:
+        """The level under which a window counts as quiet: under the loudest speech window by
+        quiet_below_peak_db AND no louder than the room (room_margin_db over its floor, or
+        quiet_room_dbfs in a room quieter than that). Both must hold: either alone let the credit
+        reach back into the last word (EndpointConfig documents the measurements)."""
+        config = self.config
+        room = max(floor_db + config.room_margin_db, config.quiet_room_dbfs)
+        return min(self._peak_db - config.quiet_below_peak_db, room)
 
     def _track_onset(self, index: int, probability: float, level: float | None) -> None:
         """Confirm speech once enough loud windows fall within the onset span.
@@ -330,12 +345,8 @@ class Endpointer:
 
     def _decay_credit(self) -> int:
         """How many windows just before a silence run count as silence: Silero's decay, heard as
-        quiet by level. Quiet near a loud room's floor may still be the last soft syllable, so it
-        earns less credit than quiet far under the speaker's loudest window."""
-        config = self.config
-        return max(
-            min(self._quiet_run, config.decay_windows), min(self._under_peak_run, config.under_peak_decay_windows)
-        )
+        quiet by level (the consecutive quiet windows just before it, at most decay_windows)."""
+        return min(self._quiet_run, self.config.decay_windows)
 
     def _room_db(self) -> float | None:
         """The room's level before speech: the median of the windows under the silence threshold,

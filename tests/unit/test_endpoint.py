@@ -233,26 +233,62 @@ def test_quiet_windows_of_silero_decay_count_as_silence():
 
 
 def test_decay_credit_is_bounded():
-    # Far under the loudest speech (the peak rule): up to under_peak_decay_windows count.
+    # Far under the loudest speech and under the quiet-room level: up to decay_windows count.
     index, _ = run_levels(speech_then([(LOUD, TAIL_DB)] * 14))
     speech_end = 62 + 31
-    decay = EndpointConfig().under_peak_decay_windows
-    assert decay == 12
-    assert index + 1 - speech_end == 14 + 32 - decay  # only 12 of the 14 quiet loud windows count
-
-
-def test_a_tail_merely_near_a_loud_rooms_floor_earns_less_credit():
-    # Floor -40 dB, speech -25 dB: a tail at -38 dB is quiet by the room rule only (2 dB over the
-    # floor, 13 dB under the peak): it may be the last soft syllable, so only decay_windows count.
-    pairs = [(QUIET, -40.0)] * 62 + [(LOUD, -25.0)] * 31 + [(LOUD, -38.0)] * 12 + [(QUIET, -40.0)] * 100
-    index, _ = run_levels(pairs)
     decay = EndpointConfig().decay_windows
     assert decay == 8
-    assert index + 1 - 93 == 12 + 32 - decay
-    # The same tail 20 dB under that peak (quieter than the room, then) is credited up to 12.
-    pairs = [(QUIET, -40.0)] * 62 + [(LOUD, -25.0)] * 31 + [(LOUD, -46.0)] * 12 + [(QUIET, -40.0)] * 100
+    assert index + 1 - speech_end == 14 + 32 - decay  # only 8 of the 14 quiet loud windows count
+
+
+def loud_room_fading_word(word_db: float):
+    """Steady loud noise (floor -30 dB, swinging +-1 dB from window to window), speech at -18 dB (the
+    peak), then a last word fading to `word_db` for 6 windows that Silero still scores as speech, then
+    the room again. Returns the pairs and the index just after the word's last window."""
+    room = [(QUIET, -31.0), (QUIET, -29.0)] * 31
+    pairs = room + [(LOUD, -18.0)] * 31 + [(LOUD, word_db)] * 6
+    return pairs + [(QUIET, -31.0), (QUIET, -29.0)] * 50, len(pairs)
+
+
+def test_a_fading_word_in_a_loud_room_is_not_credited():
+    # 4 dB over the floor is inside the noise's own swing, but it is the word: "near the floor" proves
+    # nothing in a loud room, so the countdown starts after it (it once started 6 windows sooner).
+    pairs, word_end = loud_room_fading_word(-26.0)
+    index, endpointer = run_levels(pairs)
+    assert endpointer.stop_reason == "silence"
+    assert (index + 1 - word_end) * 32 >= 1000
+    assert index + 1 - word_end == 32  # and no later than without the level
+
+
+def test_in_a_loud_room_only_windows_quieter_than_the_room_are_credited():
+    # 20 dB under the -18 dB peak is under the -30 dB floor: that much quieter than the room, it is
+    # not the word, and it is credited.
+    pairs, word_end = loud_room_fading_word(-39.0)
     index, _ = run_levels(pairs)
-    assert index + 1 - 93 == 32
+    assert index + 1 - word_end == 32 - 6
+
+
+def test_an_audible_tail_in_a_quiet_room_is_not_credited():
+    # Quiet room (-70 dB), speech at -13 dB, the last syllable fading through -36, -39, -42 dB:
+    # 23-29 dB under the peak, yet louder than -45 dBFS, so still heard. It once counted as silence
+    # (3 windows sooner, the stop before silence_ms after the last sample over -40 dBFS).
+    tail = [(LOUD, -36.0), (LOUD, -39.0), (LOUD, -42.0)]
+    pairs = [(QUIET, FLOOR_DB)] * 62 + [(LOUD, -13.0)] * 31 + tail + [(QUIET, FLOOR_DB)] * 100
+    index, _ = run_levels(pairs)
+    assert index + 1 - (62 + 31 + 3) == 32
+    # The same decay once under -45 dBFS is Silero's own decay, and is credited.
+    pairs = [(QUIET, FLOOR_DB)] * 62 + [(LOUD, -13.0)] * 31 + [(LOUD, -47.0)] * 3 + [(QUIET, FLOOR_DB)] * 100
+    index, _ = run_levels(pairs)
+    assert index + 1 - (62 + 31) == 32
+
+
+def test_near_a_moderate_rooms_floor_and_far_under_the_peak_is_quiet():
+    # Floor -50 dB, speech -15 dB (35 dB over the room): a tail at -46 dB (4 dB over the floor, 31 dB
+    # under the peak, quieter than -45 dBFS) is the room; its 3 windows count as silence.
+    pairs = [(QUIET, -50.0)] * 62 + [(LOUD, SPEECH_DB)] * 31 + [(LOUD, -46.0)] * 3 + [(QUIET, -50.0)] * 100
+    index, _ = run_levels(pairs)
+    plain, _ = run_levels([(p, None) for p, _ in pairs])
+    assert plain - index == 3
 
 
 def test_loud_tail_is_not_credited():
@@ -260,14 +296,6 @@ def test_loud_tail_is_not_credited():
     quiet, _ = run_levels(speech_then([(LOUD, -30.0)] * 3))
     plain, _ = run_levels([(p, None) for p, _ in speech_then([(LOUD, -30.0)] * 3)])
     assert quiet == plain
-
-
-def test_a_tail_near_a_loud_noise_floor_is_quiet():
-    # Noisy room: floor -40 dB, speech -15 dB; a tail at -35 dB (5 dB over the floor) is noise.
-    pairs = [(QUIET, -40.0)] * 62 + [(LOUD, SPEECH_DB)] * 31 + [(LOUD, -35.0)] * 3 + [(QUIET, -40.0)] * 100
-    index, _ = run_levels(pairs)
-    plain, _ = run_levels([(p, None) for p, _ in pairs])
-    assert plain - index == 3
 
 
 def test_only_the_windows_just_before_the_silence_run_are_credited():
