@@ -23,6 +23,8 @@ from mcp_listen.errors import ConfigError
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 DEFAULT_MODELS_URL = "https://huggingface.co/ggerganov/whisper.cpp/resolve/main"
+DEFAULT_VOICES_URL = "https://huggingface.co/rhasspy/piper-voices/resolve/main"
+"""The official Piper voices repository; a voice is at {lang family}/{lang code}/{dataset}/{quality}/NAME.onnx."""
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.1, 86400
 MAX_THREADS = 64
@@ -51,6 +53,16 @@ class Settings:
 
     models_url: str = DEFAULT_MODELS_URL
     """Base URL `models pull` downloads ggml-NAME.bin from (MCP_LISTEN_MODELS_URL, for mirrors)."""
+
+    voices_dirs: tuple[Path, ...] = field(
+        default_factory=lambda: (Path(os.path.abspath(Path.home() / ".mcp-listen" / "voices")),)
+    )
+    """Folders searched for Piper voices, in order (MCP_LISTEN_VOICES_PATH, separated by the system's
+    path separator, `:` on Linux and macOS); `voices pull` writes into the first."""
+
+    voices_url: str = DEFAULT_VOICES_URL
+    """Base URL `voices pull` downloads from (MCP_LISTEN_VOICES_URL, for mirrors), in the Piper
+    voices repository's layout."""
 
     ollama_host: str = DEFAULT_OLLAMA_HOST
     """Ollama daemon address (OLLAMA_HOST; `host`, `host:port` and URLs accepted)."""
@@ -156,6 +168,15 @@ def _folder(raw: str) -> Path:
     if path.startswith("~"):  # ~someone who does not exist
         raise ValueError(raw)
     return Path(os.path.abspath(path))
+
+
+def _folders(raw: str) -> tuple[Path, ...]:
+    """A search path: folders separated by os.pathsep, each as `_folder` takes it; empty entries
+    (a trailing `:`) are skipped, and none at all is invalid."""
+    folders = tuple(_folder(part) for part in raw.split(os.pathsep) if part.strip())
+    if not folders:
+        raise ValueError(raw)
+    return folders
 
 
 def _log_level(raw: str) -> str:
@@ -271,6 +292,8 @@ _SETTINGS = {
     "log_level": ("MCP_LISTEN_LOG_LEVEL", _log_level, "one of " + ", ".join(LOG_LEVELS)),
     "whisper_model_dir": ("WHISPER_MODEL_PATH", _folder, "a folder path"),
     "models_url": ("MCP_LISTEN_MODELS_URL", _url, "an http:// or https:// URL"),
+    "voices_dirs": ("MCP_LISTEN_VOICES_PATH", _folders, f"folder paths separated by {os.pathsep!r}"),
+    "voices_url": ("MCP_LISTEN_VOICES_URL", _url, "an http:// or https:// URL"),
     "ollama_host": ("OLLAMA_HOST", normalize_ollama_host, "host, host:port or http://host:port"),
     "ollama_timeout_s": (
         "MCP_LISTEN_OLLAMA_TIMEOUT_S",
@@ -314,6 +337,8 @@ _DERIVED_FOLDERS = {
     "set MCP_LISTEN_RECORDINGS_DIR to a folder whose name is.",
     "models_dir": "The home folder (HOME), where whisper models go, has a name that is not UTF-8 text; "
     "set HOME to a folder whose name is.",
+    "voices_dirs": "The home folder (HOME), where Piper voices go, has a name that is not UTF-8 text; "
+    "set HOME to a folder whose name is, or MCP_LISTEN_VOICES_PATH.",
 }
 
 

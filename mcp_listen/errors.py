@@ -2,7 +2,7 @@
 
 Each error has a stable machine-readable ``code`` (part of the public contract:
 callers branch on it), the pipeline ``stage`` it belongs to (``capture``,
-``transcription``, ``llm`` or ``None`` for argument and setup errors) and the
+``transcription``, ``llm``, ``speak`` or ``None`` for argument and setup errors) and the
 process exit code the CLI uses for it (sysexits.h values).
 """
 
@@ -119,6 +119,14 @@ class LLMError(ListenError):
 
     code = "llm_failed"
     stage = "llm"
+    exit_code = EXIT_UNAVAILABLE
+
+
+class VoiceError(ListenError):
+    """A Piper voice is missing, invalid (a hostile or broken .onnx / .onnx.json), or could not be pulled."""
+
+    code = "voice_failed"
+    stage = "speak"
     exit_code = EXIT_UNAVAILABLE
 
 

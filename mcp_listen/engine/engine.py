@@ -26,6 +26,7 @@ from mcp_listen.audio import devices as device_list
 from mcp_listen.audio import recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
 from mcp_listen.config import Settings, default_recordings_dir
+from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
 from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, TranscribeArgs, VoiceQueryArgs
 from mcp_listen.contract.results import Answered, AnyOf, Cancel, Captured, Devices, Status, Transcribed
 from mcp_listen.engine import memory
@@ -60,15 +61,18 @@ class Engine:
 
     # ------------------------------------------------------------------ devices and status
 
-    def list_devices(self) -> Devices:
-        """Current input devices; re-scanned (hot-plug) unless a recording holds PortAudio."""
+    def list_devices(self, kind: str = DEFAULT_DEVICE_KIND) -> Devices:
+        """Current devices of `kind` (input, output or all); re-scanned (hot-plug) unless a
+        recording holds PortAudio. Inputs go through `list_inputs`, as they always did."""
         portaudio = self.recorder.portaudio
-        if not portaudio.acquire(blocking=False):
-            return Devices(self.devices.list_inputs())
+        rescan = portaudio.acquire(blocking=False)
         try:
-            return Devices(self.devices.list_inputs(rescan=True))
+            if kind == DEFAULT_DEVICE_KIND:
+                return Devices(self.devices.list_inputs(rescan=rescan))
+            return Devices(self.devices.list_devices(kind, rescan=rescan))
         finally:
-            portaudio.release()
+            if rescan:
+                portaudio.release()
 
     def status(self) -> Status:
         claim = self.recorder.active

@@ -49,9 +49,11 @@ class Microphones(Protocol):
 
 
 class DeviceList(Protocol):
-    """Listing and resolving input devices (the devices module)."""
+    """Listing and resolving input devices, and listing outputs (the devices module)."""
 
     def list_inputs(self, *, rescan: bool = False) -> list[Any]: ...
+
+    def list_devices(self, kind: str, *, rescan: bool = False) -> list[Any]: ...
 
     def resolve(self, device: int | str | None, *, rescan: bool = False) -> Any: ...
 

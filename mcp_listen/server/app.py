@@ -21,6 +21,7 @@ from mcp.shared.dispatcher import coerce_request_id
 
 from mcp_listen import package_version
 from mcp_listen.contract import models as contracts
+from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
 from mcp_listen.contract.results import Tools, wire
 from mcp_listen.errors import Cancelled, ListenError
 from mcp_listen.server.calls import Call, InFlight
@@ -65,7 +66,8 @@ class ToolSpec:
 
 
 async def _list_devices(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
-    return wire(await call.in_thread(engine.list_devices))
+    kind = args.kind or DEFAULT_DEVICE_KIND
+    return wire(await call.in_thread(lambda: engine.list_devices(kind)))
 
 
 async def _capture(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
@@ -92,7 +94,9 @@ TOOLS = [
             "List the microphones (audio input devices) on this machine. Each has an `index` and a stable "
             "`id`; pass the id as `device` to capture_audio, transcribe_voice or voice_query to choose a "
             "microphone (ids survive restarts, indexes change when devices come and go). `isDefault` marks "
-            "the one used when no device is given. Returns a JSON array; an empty array means no microphone."
+            "the one used when no device is given. Returns a JSON array; an empty array means no microphone. "
+            'kind "output" lists speakers instead, "all" both; each device then also has `kind` '
+            '("input", "output" or "both"), `maxOutputChannels` and `isDefaultOutput`.'
         ),
         args=contracts.ListDevicesArgs,
         result=contracts.DevicesResult,

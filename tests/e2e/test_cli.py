@@ -45,6 +45,15 @@ def test_devices_table_and_json(env):
     assert f"* {default['index']:>5}  {default['id']}" in table.stdout
 
 
+def test_devices_kind_output_and_all(env):
+    outputs = json.loads(run(["devices", "--kind", "output", "--json"], env).stdout)
+    table = run(["devices", "--kind", "all"], env)
+    wrong = run(["devices", "--kind", "speakers"], env)
+    speaker = next(d for d in outputs if d["isDefaultOutput"])
+    assert table.returncode == 0 and f"> {speaker['index']:>5}  {speaker['kind']:<6} {speaker['id']}" in table.stdout
+    assert wrong.returncode == 64 and "speakers" in wrong.stderr
+
+
 def test_capture_to_a_chosen_file(env, tmp_path):
     out = tmp_path / "take.wav"
     done = run(["capture", "--duration-ms", "500", "--out", str(out)], env)
@@ -291,3 +300,65 @@ def test_models_pull_downloads_verifies_and_lists(tmp_path, model_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["ggml-custom.en.bin"], "no partial or broken file"
     listed = json.loads(run(["models", "--json"], env).stdout)
     assert [m["name"] for m in listed] == ["custom.en"]
+
+
+def test_voices_pull_downloads_verifies_lists_and_shows_the_card(tmp_path, piper_voice):
+    """The piper-voices layout on a loopback server: the real en_US-joe-medium (pinned sha256), and a
+    copy under another name that only voices.json's md5 and size vouch for."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    joe = served / "en/en_US/joe/medium"
+    joe.mkdir(parents=True)
+    for suffix in (".onnx", ".onnx.json"):
+        (joe / f"en_US-joe-medium{suffix}").symlink_to(piper_voice.with_name(f"en_US-joe-medium{suffix}"))
+    (joe / "MODEL_CARD").symlink_to(piper_voice.with_name("en_US-joe-medium.MODEL_CARD"))
+    copy = served / "en/en_GB/copy/low"
+    copy.mkdir(parents=True)
+    files = {}
+    for suffix in (".onnx", ".onnx.json"):
+        data = piper_voice.with_name(f"en_US-joe-medium{suffix}").read_bytes()
+        (copy / f"en_GB-copy-low{suffix}").write_bytes(data)
+        files[f"en/en_GB/copy/low/en_GB-copy-low{suffix}"] = {
+            "size_bytes": len(data),
+            "md5_digest": hashlib.md5(data).hexdigest(),
+        }
+    (served / "voices.json").write_text(json.dumps({"en_GB-copy-low": {"files": files}}))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    voices = tmp_path / "voices"
+    env = server_env(MCP_LISTEN_VOICES_URL=f"http://127.0.0.1:{httpd.server_port}", MCP_LISTEN_VOICES_PATH=str(voices))
+    try:
+        pulled = run(["voices", "pull", "en_US-joe-medium"], env, timeout=120)
+        listed_copy = run(["voices", "pull", "en_GB-copy-low"], env, timeout=120)
+        missing = run(["voices", "pull", "en_US-nothere-low"], env, timeout=120)
+        hostile = run(["voices", "pull", "../../etc/passwd"], env, timeout=120)
+    finally:
+        httpd.shutdown()
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout.strip() == str(voices / "en_US-joe-medium.onnx")
+    assert "License: CC0" in pulled.stderr and "verified by sha256 (pinned)" in pulled.stderr
+    assert listed_copy.returncode == 0 and "verified by md5 and size (voices.json)" in listed_copy.stderr
+    assert missing.returncode == 69 and "HTTP 404" in missing.stderr
+    assert hostile.returncode == 69 and "not a Piper voice name" in hostile.stderr
+    assert sorted(p.name for p in voices.iterdir()) == [
+        "en_GB-copy-low.onnx", "en_GB-copy-low.onnx.json",
+        "en_US-joe-medium.MODEL_CARD", "en_US-joe-medium.onnx", "en_US-joe-medium.onnx.json",
+    ], "no partial, nothing of the missing voice"  # fmt: skip
+    listed = json.loads(run(["voices", "--json"], env).stdout)
+    assert [(v["name"], v["valid"], v["sample_rate"]) for v in listed] == [
+        ("en_GB-copy-low", True, 22050),
+        ("en_US-joe-medium", True, 22050),
+    ]
+    table = run(["voices"], env)
+    assert table.returncode == 0 and "en_US-joe-medium" in table.stdout and "22050 Hz" in table.stdout
+
+
+def test_voices_lists_nothing_with_the_pull_command(tmp_path):
+    env = server_env(MCP_LISTEN_VOICES_PATH=str(tmp_path / "none"))
+    done = run(["voices"], env)
+    assert done.returncode == 69 and "mcp-listen voices pull en_US-lessac-medium" in done.stdout

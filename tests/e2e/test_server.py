@@ -299,3 +299,26 @@ def test_every_pipelined_request_is_answered_before_exit_at_eof(env):
         runs = list(pool.map(lambda _: _pipelined_run(env), range(PIPELINED_RUNS)))
     unanswered = [ids for ids in runs if sorted(ids) != [1, 2, 3]]
     assert not unanswered, f"{len(unanswered)} of {PIPELINED_RUNS} runs left requests unanswered: {unanswered[:5]}"
+
+
+async def test_list_audio_devices_by_kind_through_the_real_server(env):
+    """vmic's ALSA pcms (type pulse) are duplex: PortAudio lists `vmic` and `default` as both an
+    input and an output, `default` being the default of each."""
+    async with mcp_client(env) as client:
+        plain = structured(await client.call_tool("list_audio_devices", {}))["devices"]
+        inputs = structured(await client.call_tool("list_audio_devices", {"kind": "input"}))["devices"]
+        outputs = structured(await client.call_tool("list_audio_devices", {"kind": "output"}))["devices"]
+        every = structured(await client.call_tool("list_audio_devices", {"kind": "all"}))["devices"]
+        wrong = await client.call_tool("list_audio_devices", {"kind": "speakers"})
+    assert inputs == plain, "kind input is today's result, field for field"
+    assert outputs, "the virtual sound server's sinks must be listed as outputs"
+    for device in outputs:
+        assert set(device) == {"index", "name", "id", "maxInputChannels", "defaultSampleRate", "isDefault", "kind",
+                               "maxOutputChannels", "isDefaultOutput"}  # fmt: skip
+        assert device["maxOutputChannels"] > 0 and device["kind"] in ("output", "both")
+    assert sum(d["isDefaultOutput"] for d in outputs) == 1
+    assert {d["id"] for d in every} == {d["id"] for d in plain} | {d["id"] for d in outputs}
+    both = {d["id"] for d in every if d["kind"] == "both"}
+    assert both == {d["id"] for d in plain} & {d["id"] for d in outputs}
+    assert [d["isDefault"] for d in every if d["id"] in both] == [d["isDefault"] for d in plain if d["id"] in both]
+    assert wrong.is_error and error_of(wrong)["error"]["code"] == "invalid_argument"

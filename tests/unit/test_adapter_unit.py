@@ -46,7 +46,7 @@ class FakeEngine:
             raise answer
         return answer
 
-    def list_devices(self) -> Devices:
+    def list_devices(self, kind: str = "input") -> Devices:
         return self._answer("list_audio_devices")
 
     def capture(self, args: Any, *, stop: Any = None, progress: Any = None) -> Captured:

@@ -1,0 +1,1 @@
+"""Speech output: Piper voices (the store: finding, checking, pulling); synthesis and playback come later."""
