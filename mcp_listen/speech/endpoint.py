@@ -11,13 +11,11 @@ Silero's probability stays high after the last loud sample (its recurrent state
 decays): a median 96 ms on espeak-ng speech, 118 ms (p90 309, up to 371 ms) on real
 voices, whose breath and room tails it still scores as speech; counting silence from
 the probability alone stops that much late. When a silence run starts, the windows just before it
-that were already quiet by level are counted as silence too, at most `decay_windows` (8) of them:
-the stop then lands `silence_ms` after the speech really ended. A window is quiet only when it is
-*both* 20 dB under the loudest speech window *and* no louder than the room (within 6 dB of the
-noise floor heard before speech, or under -45 dBFS when the room is quieter than that). In a loud
-room the last syllable fades into the floor's own window-to-window swing (brown noise: +-6 dB), so
-"near the floor" is no proof the speech ended; in a quiet room the last syllable's tail is 20-30 dB
-under the peak yet still audible (samples over -40 dBFS), so "under the peak" is none either. In a
+that were already quiet by level (20 dB under the loudest speech) are counted as silence too, at
+most `decay_windows` (12) of them: the stop then lands `silence_ms` after the speech really ended.
+Nearness to a loud room's floor is no proof the speech ended (the last syllable fades into the
+noise's own window-to-window swing), so a loud room earns no credit and the stop waits for
+Silero's own timing: later, never early. In a
 noisy room the level also keeps the room from resuming speech: once a pause began, a window
 Silero scores as speech but no louder than the noise floor only continues the pause (a crowd's
 babble).
@@ -77,44 +75,30 @@ class EndpointConfig:
     window_ms: float = WINDOW_MS
     """Duration of one fed window (512 samples at 16 kHz)."""
 
-    decay_windows: int = 8
-    """At most this many quiet windows before a silence run count as silence (Silero's decay, <= 256 ms).
+    decay_windows: int = 12
+    """At most this many quiet windows before a silence run count as silence (Silero's decay, <= 384 ms).
 
-    On real voices Silero stays >= 0.5 up to 371 ms after the last loud sample (breath, room tail).
-    Replayed with the quiet rule below (bench/endpoint_replay.py, 17 real recordings x 8 alignments,
-    quiet): stop after silence_ms p90 254.7 ms with 4, 230.7 with 6, 8 or more; over hiss at 20 dB
-    SNR the median is 45.3 ms with 8 and 43.2 with 10 or more. The cost is bounded: a pause shorter
-    than silence_ms - 32 ms x this can never end the recording, however it is scored."""
+    On real voices Silero stays >= 0.5 up to 371 ms after the last loud sample (breath, room tail),
+    and it scores the tails of 8 kHz telephone prompts as speech for up to 11 windows after the level
+    fell 20 dB. Replayed (bench/endpoint_replay.py, 17 real recordings x 8 alignments): stop after
+    silence_ms median 28.7 ms, p90 44.5 ms with 12; with 8 p90 80.5 ms, with 4 median 72 ms. The cost
+    is bounded: a pause shorter than silence_ms - 32 ms x this can never end the recording."""
 
     quiet_below_peak_db: float = 20.0
-    """A quiet window is at least this far under the loudest speech window...
+    """A window at least this far under the loudest speech window is quiet (by level).
 
-    20 dB is the benchmarks' own end of speech (a 10 ms envelope under 10 % of its peak). Alone it
-    is no proof in a loud room: over brown noise at 5 dB SNR the speaker's last windows sit 4-6 dB
-    over the floor, in the floor's own +-6 dB swing, and counting "within room_margin_db of the
-    floor" as quiet stopped 21 of 24 espeak replays early (median -35 ms, min -77 ms), 7 of 24 over
-    hiss at 10 dB. Required together with the room rule, a loud room (floor over peak - 20 dB) earns
-    no credit: those replays stop 143-290 ms after silence_ms, never early."""
+    20 dB is the benchmarks' own end of speech (a 10 ms envelope under 10 % of its peak); at 30 dB the
+    tails of real voices (-20 to -35 dB, Silero still >= 0.9) counted as speech. Nearness to the room's
+    floor is no proof: over brown noise at 5 dB SNR the last word's windows sit 4-6 dB over the floor,
+    in the noise's own +-6 dB swing, and counting "within 6 dB of the floor" as quiet too stopped 21 of
+    24 espeak replays early (median -35 ms, min -77 ms) and cut a word live. By the peak rule alone a
+    loud room (floor over peak - 20 dB) earns no credit: 143-290 ms after silence_ms, never early.
 
-    room_margin_db: float = 6.0
-    """...and less than this above the noise floor heard before speech...
-
-    At 20 dB SNR (brown noise, hiss) the credit this allows stopped no espeak replay early (min +22 ms)
-    and kept the real recordings' median at 45-51 ms (no credit: 150-162 ms). With 3 dB the median
-    was 66-117 ms; the early stops the credit adds there fell from 13 of 272 to 1, all on one
-    recording (librivox-0880) whose last loud sample is 3-4 dB over its own floor, where Silero alone
-    already stops early and the credit adds one window."""
-
-    quiet_room_dbfs: float = -45.0
-    """...or, where the room is quieter than that, under this level (dBFS).
-
-    In a quiet room the tail of a last syllable is 20-30 dB under the peak and still audible: the
-    espeak sentences hold samples over -40 dBFS up to 126 ms after their last loud sample, and with
-    the peak rule alone the stop came before silence_ms after the last such sample in 46 of 88
-    replays (min -78 ms). Replayed on those 88: -42 dBFS 1 early (-2.9 ms), -43 none (min +1.1), -45
-    none (min +9.1 ms). Real recordings over digital silence (the Asterisk prompts) have the same
-    audible tails, so their stop now lands 13-34 ms (medians) after the last sample over -40 dBFS,
-    later after the last loud sample than before (see bench/README.md)."""
+    Left as it is: in a quiet room a last syllable's tail 20-30 dB under the peak still holds samples
+    over -40 dBFS (up to 126 ms after the last loud sample of espeak sentences), and crediting it puts
+    the stop up to 78 ms before silence_ms after the last such sample (46 of 88 replays). Refusing that
+    credit (a -45 dBFS bound) moved real voices from 28.7 / 44.5 ms (median / p90) to 70.5 / 230.7 ms,
+    live 39 -> 190 ms median: the recording then still holds the whole tail, so no word is lost."""
 
     resume_above_quiet_db: float = 12.0
     """In a pause, a window Silero scores as speech resumes speech only this far above the quietest
@@ -224,7 +208,6 @@ class Endpointer:
         self._silence_run = 0
         self._peak_db = SILENT_DB
         self._floor_levels: deque[float] = deque(maxlen=FLOOR_WINDOWS)
-        self._floor_db: float | None = None
         self._quiet_run = 0
         """Consecutive most recent windows that were quiet by level (`_quiet_below`)."""
         self._recent_levels: deque[float] = deque(maxlen=GATE_WINDOWS)
@@ -294,18 +277,12 @@ class Endpointer:
             if probability < config.silence_threshold:
                 self._floor_levels.append(level_db)
             return
-        if self._floor_db is None:  # frozen at onset: speech must not raise it
-            self._floor_db = self._floor_at_onset()
-        self._quiet_run = self._quiet_run + 1 if level_db < self._quiet_below(self._floor_db) else 0
+        self._quiet_run = self._quiet_run + 1 if level_db < self._quiet_below() else 0
 
-    def _quiet_below(self, floor_db: float) -> float:
-        """The level under which a window counts as quiet: under the loudest speech window by
-        quiet_below_peak_db AND no louder than the room (room_margin_db over its floor, or
-        quiet_room_dbfs in a room quieter than that). Both must hold: either alone let the credit
-        reach back into the last word (EndpointConfig documents the measurements)."""
-        config = self.config
-        room = max(floor_db + config.room_margin_db, config.quiet_room_dbfs)
-        return min(self._peak_db - config.quiet_below_peak_db, room)
+    def _quiet_below(self) -> float:
+        """The level under which a window counts as quiet: quiet_below_peak_db under the loudest
+        speech window (EndpointConfig documents why nearness to the floor does not count)."""
+        return self._peak_db - self.config.quiet_below_peak_db
 
     def _track_onset(self, index: int, probability: float, level: float | None) -> None:
         """Confirm speech once enough loud windows fall within the onset span.
@@ -362,13 +339,6 @@ class Endpointer:
             return False
         room = self._room_db()
         return room is not None and level < room + self.config.onset_above_room_db
-
-    def _floor_at_onset(self) -> float:
-        """The room's level if known, else the median of what was heard (digital silence included)."""
-        room = self._room_db()
-        if room is not None:
-            return room
-        return median(self._floor_levels) if self._floor_levels else SILENT_DB
 
     def _at_floor(self, level: float | None) -> bool:
         """Whether a window in a pause is no louder than the room: under the quietest window of the
