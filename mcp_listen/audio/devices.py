@@ -205,60 +205,63 @@ def _default_index(sd: Any, slot: int, hostapi_key: str) -> int:
 def resolve(device: int | str | None, *, rescan: bool = False) -> InputDevice:
     """The input device a tool argument names; None means the system default input."""
     inputs = list_inputs(rescan=rescan)
-    if not inputs:
-        raise DeviceNotFound(
-            "No microphone found: PortAudio lists no input device. Connect one, check the system's "
-            "sound settings (and microphone permission), then call list_audio_devices.",
-            code="no_input_device",
-        )
-    if device is None:
-        for candidate in inputs:
-            if candidate.is_default:
-                return candidate
-        raise DeviceNotFound(
-            "There is no default input device. Pick one with the device argument "
-            "(an id from list_audio_devices) or set a default microphone in the system's sound settings.",
-            code="no_default_device",
-        )
-    if isinstance(device, int):
-        for candidate in inputs:
-            if candidate.index == device:
-                return candidate
-        raise DeviceNotFound(
-            f"No input device with index {device}. Call list_audio_devices for the current ids "
-            "(ids are stable; indexes change when devices are added or removed)."
-        )
-    return _by_name(inputs, device, "input")
+    missing = DeviceNotFound(
+        "No microphone found: PortAudio lists no input device. Connect one, check the system's "
+        "sound settings (and microphone permission), then call list_audio_devices.",
+        code="no_input_device",
+    )
+    no_default = DeviceNotFound(
+        "There is no default input device. Pick one with the device argument "
+        "(an id from list_audio_devices) or set a default microphone in the system's sound settings.",
+        code="no_default_device",
+    )
+    default = next((d for d in inputs if d.is_default), None)
+    return _chosen(inputs, device, default, missing, no_default, "input", "list_audio_devices")
 
 
 def resolve_output(device: int | str | None, *, rescan: bool = False) -> AudioDevice:
     """The output device an argument names (id, index, name or a unique part); None means the
     system default output. The same rules and messages as `resolve`, for speakers."""
     outputs = list_outputs(rescan=rescan)
-    if not outputs:
-        raise DeviceNotFound(
-            "No speaker found: PortAudio lists no output device. Connect one, check the system's sound "
-            'settings, then call list_audio_devices with kind "output".',
-            code="no_output_device",
-        )
+    missing = DeviceNotFound(
+        "No speaker found: PortAudio lists no output device. Connect one, check the system's sound "
+        'settings, then call list_audio_devices with kind "output".',
+        code="no_output_device",
+    )
+    no_default = DeviceNotFound(
+        'There is no default output device. Pick one by its id (list_audio_devices with kind "output") '
+        "or set a default speaker in the system's sound settings.",
+        code="no_default_output",
+    )
+    default = next((d for d in outputs if d.is_default_output), None)
+    return _chosen(outputs, device, default, missing, no_default, "output", 'list_audio_devices with kind "output"')
+
+
+def _chosen(
+    devices: list[Any],
+    device: int | str | None,
+    default: Any,
+    missing: DeviceNotFound,
+    no_default: DeviceNotFound,
+    kind: str,
+    listing: str,
+) -> Any:
+    """The one resolution rule for inputs and outputs: none listed, the default, an index, a name."""
+    if not devices:
+        raise missing
     if device is None:
-        for candidate in outputs:
-            if candidate.is_default_output:
-                return candidate
-        raise DeviceNotFound(
-            'There is no default output device. Pick one by its id (list_audio_devices with kind "output") '
-            "or set a default speaker in the system's sound settings.",
-            code="no_default_output",
-        )
+        if default is None:
+            raise no_default
+        return default
     if isinstance(device, int):
-        for candidate in outputs:
+        for candidate in devices:
             if candidate.index == device:
                 return candidate
         raise DeviceNotFound(
-            f'No output device with index {device}. Call list_audio_devices with kind "output" for the current '
-            "ids (ids are stable; indexes change when devices are added or removed)."
+            f"No {kind} device with index {device}. Call {listing} for the current ids "
+            "(ids are stable; indexes change when devices are added or removed)."
         )
-    return _by_name(outputs, device, "output")
+    return _by_name(devices, device, kind)
 
 
 CPAL_HOSTS = {

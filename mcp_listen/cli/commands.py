@@ -6,7 +6,7 @@ import argparse
 import json
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mcp_listen.audio import wavfile
@@ -94,21 +94,20 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS)
     args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
-    say = _Say()
-    try:
-        result = Engine(settings).transcribe_voice(args, progress=say)
-    finally:
-        say.close()
-    print_json(wire(result))
-    return EXIT_OK
+    return _voice_command(lambda say: Engine(settings).transcribe_voice(args, progress=say))
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "model", "prompt")
     args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
+    return _voice_command(lambda say: Engine(settings).voice_query(args, progress=say))
+
+
+def _voice_command(run: Callable[[_Say], Any]) -> int:
+    """Run a voice tool with its progress on stderr; the live line is closed before the JSON."""
     say = _Say()
     try:
-        result = Engine(settings).voice_query(args, progress=say)
+        result = run(say)
     finally:
         say.close()
     print_json(wire(result))
