@@ -30,12 +30,14 @@ EXAMPLES = settings(max_examples=200, deadline=None, database=None, suppress_hea
 
 RECORDING = ["duration_ms", "device", "stop_on_silence", "silence_ms"]
 FIELDS = {
-    "list_audio_devices": [],
+    "list_audio_devices": ["kind"],
     "get_status": [],
     "capture_audio": RECORDING,
-    "transcribe_voice": [*RECORDING, "whisper_model", "language"],
-    "voice_query": [*RECORDING, "whisper_model", "language", "model", "prompt"],
+    "transcribe_voice": [*RECORDING, "end_of_turn", "whisper_model", "language"],
+    "voice_query": [*RECORDING, "end_of_turn", "whisper_model", "language", "model", "prompt"],
 }
+LONGEST = {"transcribe_voice": 600_000}
+"""duration_ms up to this for the tools named (dictation); 30000 for the others."""
 LANGUAGE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,4})?|auto")
 
 
@@ -100,6 +102,8 @@ def _name(v: Any, longest: int) -> bool:
 
 VALID = {
     "duration_ms": lambda v: _whole(v, 100, 30000),
+    "end_of_turn": lambda v: v in ("silence", "smart"),
+    "kind": lambda v: v in ("input", "output", "all"),
     "silence_ms": lambda v: _whole(v, 100, 10000),
     "device": lambda v: _whole(v, 0) or _text(v, 1, 512),
     "stop_on_silence": lambda v: isinstance(v, bool),
@@ -114,13 +118,19 @@ def offenders(tool: str, args: dict[str, Any]) -> set[str]:
     """The arguments that break the contract (empty: the call is valid). null means "default"."""
     fields = FIELDS[tool]
     bad = {k for k in args if k not in fields}
-    bad |= {k for k, v in args.items() if k in fields and v is not None and not VALID[k](v)}
-    if not bad and args.get("silence_ms") is not None:
-        stop = args.get("stop_on_silence")
-        stops = stop if stop is not None else tool != "capture_audio"
-        if not stops:
-            bad.add("silence_ms")
+    bad |= {k for k, v in args.items() if k in fields and v is not None and not _valid(tool, k, v)}
+    stop = args.get("stop_on_silence")
+    stops = stop if stop is not None else tool != "capture_audio"
+    for name in ("silence_ms", "end_of_turn"):
+        if not bad and args.get(name) is not None and not stops:
+            bad.add(name)
     return bad
+
+
+def _valid(tool: str, name: str, value: Any) -> bool:
+    if name == "duration_ms" and tool in LONGEST:
+        return _whole(value, 100, LONGEST[tool])
+    return VALID[name](value)
 
 
 def as_sent(args: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +191,9 @@ ANYTHING = st.recursive(
 ) | st.builds(_nested, st.integers(1, 120), SCALARS, st.booleans())
 
 NEAR_VALID = {
-    "duration_ms": st.integers(-10, 40_000) | st.floats(-1, 40_000),
+    "duration_ms": st.integers(-10, 40_000) | st.floats(-1, 40_000) | st.integers(599_990, 600_010),
+    "end_of_turn": st.sampled_from(["silence", "smart", "", "Smart", "clever"]) | st.text(max_size=8),
+    "kind": st.sampled_from(["input", "output", "all", "both", "", "INPUT"]) | st.text(max_size=8),
     "silence_ms": st.integers(-10, 12_000),
     "device": st.integers(-3, 10**20) | st.text(max_size=600),
     "stop_on_silence": st.booleans(),
@@ -292,6 +304,10 @@ def test_the_model_of_the_contract_is_not_trivial():
     assert offenders("voice_query", {"language": "xx", "whisper_model": ""}) == {"language"}
     assert offenders("voice_query", {"language": "Portuguese", "model": " ", "prompt": "p" * 32000}) == set()
     assert offenders("get_status", {"x": None}) == {"x"}
+    assert offenders("transcribe_voice", {"duration_ms": 600_000}) == set()
+    assert offenders("voice_query", {"duration_ms": 30_001}) == {"duration_ms"}
+    assert offenders("voice_query", {"end_of_turn": "smart", "stop_on_silence": False}) == {"end_of_turn"}
+    assert offenders("list_audio_devices", {"kind": "both"}) == {"kind"}
     assert as_sent({"duration_ms": float("nan")}) == {"duration_ms": None}
 
 
