@@ -143,3 +143,31 @@ def test_a_cancelled_speech_stops_and_frees_the_device(speak_env, vmic, tmp_path
     assert not capture.get("isError"), capture
     played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
     assert 500 <= played <= 6000, played  # the whole text takes ~20 s
+
+
+def test_the_cli_speaks_and_prints_the_result(speak_env, vmic, tmp_path):
+    import json
+    import sys
+
+    raw = tmp_path / "cli.raw"
+    run = [sys.executable, "-m", "mcp_listen", "speak"]
+    with recording_the_speaker(vmic, raw):
+        done = subprocess.run([*run, FOX, "--speed", "1.5"], env=speak_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["voice"] == "en_US-joe-medium" and result["interrupted"] is False
+    assert 0 < sound_span_ms(np.fromfile(raw, dtype=np.int16)) <= result["duration_ms"] + 300
+    slow = subprocess.run([*run, FOX, "--speed", "3"], env=speak_env, capture_output=True, text=True, timeout=60)
+    assert slow.returncode == 64 and "Invalid speed" in slow.stderr, slow.stderr
+
+
+def test_end_of_input_stops_a_background_speech_and_the_server_exits(speak_env, vmic, tmp_path):
+    raw = tmp_path / "eof.raw"
+    with recording_the_speaker(vmic, raw), wire(speak_env) as w:
+        started = w.call("speak_text", {"text": LONG, "wait": False}, timeout=60)
+        assert not started.get("isError"), started
+        time.sleep(1.0)
+        w.server.close_stdin()
+        assert w.server.wait_exit(timeout=10) == 0
+    played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
+    assert 500 <= played <= 6000, played  # the whole text takes ~20 s
