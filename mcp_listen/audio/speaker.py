@@ -31,6 +31,10 @@ BLOCK_MS = 40
 STALL_S = 5.0
 """Beyond the speech's own length, how long the writer may take before the device counts as lost."""
 CLOSE_WAIT_S = 1.0
+LATENCY_S = 0.2
+"""The device's buffer: room for scheduling jitter while the next sentence is synthesised on a busy
+machine (with PortAudio's "low", 40 ms, a long text underflowed 1-3 times on two busy cores). It costs
+a cancel nothing: abort drops what is buffered."""
 SPEAKER_UNAVAILABLE = (
     f"The speaker could not be opened within {OPEN_TIMEOUT_S:g} s: the sound system (PulseAudio, PipeWire or the "
     "audio driver) is not responding. Restart it, or reconnect the device, then try again."
@@ -71,6 +75,8 @@ class Speaker:
         self._frames = 0
         self._fed = 0
         self._interrupted = False
+        self.underflows = 0
+        """Writes during which the device ran dry (synthesis slower than speech: a gap was heard)."""
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------------ the caller's side
@@ -141,6 +147,7 @@ class Speaker:
             if stream is not None and self.error is None and not self._abandoned.is_set():
                 self._write_all(stream)
                 self._drain(stream)
+                log.debug("played %d frames, %d underflow(s)", self._frames, self.underflows)
         except BaseException as exc:  # noqa: BLE001 - a write failing mid-way (device gone)
             self.error = DeviceLost(f"The speaker failed while playing: {exc}. Reconnect it and try again.")
         finally:
@@ -151,6 +158,10 @@ class Speaker:
 
     def _stopping(self) -> bool:
         if self._stop.is_set() or self._abandoned.is_set():
+            if not self._interrupted and self.first_audio_at is not None:
+                # what sits in the device's buffer is dropped by the abort: count only what was heard
+                heard = int((time.monotonic() - self.first_audio_at) * self.sample_rate)
+                self._frames = min(self._frames, heard)
             self._interrupted = True
             return True
         return False
@@ -170,7 +181,8 @@ class Speaker:
             for start in range(0, len(samples), block):
                 if self._stopping():
                     return
-                stream.write(samples[start : start + block].reshape(-1, 1))
+                if stream.write(samples[start : start + block].reshape(-1, 1)) and self._frames:
+                    self.underflows += 1
                 if self.first_audio_at is None:
                     self.first_audio_at = time.monotonic()
                     self.first_audio.set()
@@ -203,7 +215,7 @@ def speaker(portaudio: threading.Lock, device_index: int, sample_rate: int, stop
 def _output_stream(device_index: int, sample_rate: int) -> Any:
     import sounddevice as sd
 
-    return sd.OutputStream(samplerate=sample_rate, channels=1, dtype="int16", device=device_index, latency="low")
+    return sd.OutputStream(samplerate=sample_rate, channels=1, dtype="int16", device=device_index, latency=LATENCY_S)
 
 
 def _open_error(exc: BaseException) -> BaseException:
