@@ -376,3 +376,82 @@ def test_a_busy_microphone_refuses_speech_before_anything_opens():
         with pytest.raises(DeviceBusy, match="recording is already in progress"):
             engine.speak(parse(text="Hello."))
     assert outputs.opened == []
+
+
+# ---------------------------------------------------------------- the speaker, on a fake stream
+
+
+class FakeStream:
+    """Takes writes at 20x real time; records their sizes and whether it was aborted."""
+
+    latency = 0.01
+
+    def __init__(self) -> None:
+        self.writes: list[int] = []
+        self.aborted = self.closed = False
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def write(self, block: Any) -> bool:
+        assert block.shape[1] == 1 and block.dtype.name == "int16"
+        self.writes.append(len(block))
+        time.sleep(len(block) / 22050 / 20)
+        return False
+
+    def abort(self, ignore_errors: bool = True) -> None:
+        self.aborted = True
+
+    def close(self, ignore_errors: bool = True) -> None:
+        self.closed = True
+
+
+def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
+    import numpy as np
+
+    from mcp_listen.audio import speaker as speakers
+    from mcp_listen.audio.speaker import BLOCK_MS
+
+    stream = FakeStream()
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: stream)
+    lock, stop = threading.Lock(), threading.Event()
+    with speakers.speaker(lock, 3, 22050, stop) as out:
+        out.feed(np.zeros(22050, dtype=np.int16))
+        out.feed(np.zeros(11025, dtype=np.int16))
+        whole = out.finish()
+    assert whole.frames == 33075 and not whole.interrupted and whole.first_audio_at is not None
+    assert max(stream.writes) <= 22050 * BLOCK_MS // 1000 <= 22050 * 50 // 1000
+    assert stream.aborted and stream.closed and not lock.locked()
+
+    stream = FakeStream()
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: stream)
+    with speakers.speaker(lock, 3, 22050, stop) as out:
+        out.feed(np.zeros(22050 * 60, dtype=np.int16))  # 3 s at the fake's pace
+        out.first_audio.wait(5)
+        stop.set()
+        cut = out.finish()
+    assert cut.interrupted and cut.frames < 22050 * 10
+    assert stream.aborted and not lock.locked()
+
+
+def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio(monkeypatch):
+    from mcp_listen.audio import speaker as speakers
+    from mcp_listen.errors import CaptureError
+
+    class PortAudioError(Exception):
+        pass
+
+    def refuse(index: int, rate: int) -> Any:
+        raise PortAudioError("Invalid sample rate")
+
+    monkeypatch.setattr(speakers, "_output_stream", refuse)
+    lock = threading.Lock()
+    with pytest.raises(CaptureError, match="Could not open the speaker: Invalid sample rate") as caught:
+        with speakers.speaker(lock, 3, 22050, threading.Event()):
+            pass
+    assert caught.value.code == "device_unavailable"
+    deadline = time.monotonic() + 2
+    while lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not lock.locked()
