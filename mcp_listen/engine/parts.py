@@ -71,6 +71,8 @@ class Speaking(Protocol):
 
     def find(self, voice: str) -> VoiceInfo: ...
 
+    def prepare(self, voice: VoiceInfo) -> None: ...
+
     def synthesize(self, voice: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]: ...
 
 
@@ -178,12 +180,20 @@ class Piper:
 
         return check_voice(resolve_voice(voice, search_dirs(self.settings)))
 
+    def prepare(self, voice: VoiceInfo) -> None:
+        """Load the voice (first use: ~0.7 s with onnxruntime's import) before the speaker opens:
+        the device is not held open in silence meanwhile, and a voice Piper refuses fails first."""
+        self._synth().voice(voice)
+
     def synthesize(self, voice: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]:
+        return self._synth().speak(voice, text, speed, stop)
+
+    def _synth(self) -> Any:
         from mcp_listen.voice.synth import Synthesizer
 
         if self._synthesizer is None:
             self._synthesizer = Synthesizer()
-        return self._synthesizer.speak(voice, text, speed, stop)
+        return self._synthesizer
 
 
 class Ollama:

@@ -47,6 +47,7 @@ class Playback:
     def run(self, text: str, speed: float) -> Played:
         """Synthesise and play it all; returns what reached the device (interrupted on a cancel)."""
         try:
+            self._voices.prepare(self.voice)
             with self._speakers(self._portaudio, self._device, self.voice.sample_rate, self._cancel) as out:
                 self._speaker = out
                 for samples in self._voices.synthesize(self.voice, text, speed, self._cancel):

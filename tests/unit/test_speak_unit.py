@@ -245,6 +245,9 @@ class FakeVoices:
 
         return VoiceInfo(voice, Path(f"/v/{voice}.onnx"), "en_US", "medium", 1000, 1, 2048)
 
+    def prepare(self, voice: Any) -> None:
+        self.prepared = voice
+
     def synthesize(self, voice: Any, text: str, speed: float, stop: Any):
         import numpy as np
 
