@@ -171,3 +171,34 @@ def test_end_of_input_stops_a_background_speech_and_the_server_exits(speak_env, 
         assert w.server.wait_exit(timeout=10) == 0
     played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
     assert 500 <= played <= 6000, played  # the whole text takes ~20 s
+
+
+async def test_an_invalid_voice_is_refused_before_the_speaker_opens(speak_env, tmp_path, piper_voice):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    (folder / "en_US-fake-medium.onnx").write_bytes(b"<html>not a network</html>" * 100)
+    (folder / "en_US-fake-medium.onnx.json").write_bytes(piper_voice.with_name(piper_voice.name + ".json").read_bytes())
+    async with mcp_client(speak_env) as client:
+        result = await client.call_tool(
+            "speak_text", {"text": "Hello.", "voice": str(folder / "en_US-fake-medium.onnx")}
+        )
+        status = (await client.call_tool("get_status", {})).structured_content
+    error = error_of(result)["error"]
+    assert error["code"] == "voice_invalid" and "not an ONNX model" in error["message"], error
+    assert status["recording"] is False and "speaking" not in status
+
+
+def test_nothing_of_piper_loads_before_the_first_speech(speak_env, piper_voice):
+    """Finding and checking a voice, listing the tools: no piper, no onnxruntime; the first speech loads them."""
+    import sys
+
+    code = (
+        "import sys\nfrom mcp_listen.config import load_settings\nfrom mcp_listen.engine.engine import Engine\n"
+        "from mcp_listen.server.app import listed_specs\n"
+        "assert 'speak_text' in [s.name for s in listed_specs()]\n"
+        "engine = Engine(load_settings())\ninfo = engine.voices.find('en_US-joe-medium')\n"
+        "print('piper' in sys.modules, 'onnxruntime' in sys.modules)\n"
+        "engine.voices.prepare(info)\nprint('piper' in sys.modules, 'onnxruntime' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=speak_env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False", "True", "True"], done.stderr
