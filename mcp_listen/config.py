@@ -75,7 +75,7 @@ class Settings:
 
     defaults: limits.Defaults = limits.Defaults()
     """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,
-    MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS): set once in the
+    MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS, MCP_LISTEN_VOICE): set once in the
     client's config instead of in every call."""
 
     problems: tuple[str, ...] = ()
@@ -314,6 +314,7 @@ _DEFAULTS = {
     "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", _length(limits.MAX_PROMPT_CHARS), "a system prompt"),
     "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, limits.ACCEPTED["silence_ms"]),
     "end_of_turn": ("MCP_LISTEN_END_OF_TURN", _end_of_turn, limits.ACCEPTED["end_of_turn"]),
+    "voice": ("MCP_LISTEN_VOICE", _name(limits.MAX_VOICE_CHARS), "a Piper voice name, file name or path"),
 }
 
 

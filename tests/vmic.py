@@ -112,10 +112,12 @@ pcm.{SOURCE} {{
     device {SOURCE}
     hint {{ show on description "mcp-listen test virtual microphone" }}
 }}
-# PortAudio 19.6 aborts the process when there is no pcm.default.
+# PortAudio 19.6 aborts the process when there is no pcm.default. It records from the virtual
+# microphone and plays into its sink (speak_text): what is played there is what it hears.
 pcm.!default {{
-    type pulse
-    device {SOURCE}
+    type asym
+    capture.pcm {{ type pulse device {SOURCE} }}
+    playback.pcm {{ type pulse device {SINK} }}
     hint {{ show on description "Default ALSA device (virtual microphone)" }}
 }}
 ctl.!default {{

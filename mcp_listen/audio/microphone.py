@@ -102,6 +102,9 @@ class Recorder:
         that cancels and calls again at once should get the microphone, not `busy`.
         """
         if not self._lock.acquire(blocking=False) and not self._after_letting_go():
+            holder = self._claim
+            if holder is not None and holder.tool == "speak_text":
+                raise DeviceBusy("speak_text is playing speech. Wait for it to finish, then call again.")
             raise DeviceBusy(
                 "A recording is already in progress. Wait for it to finish, then call again.",
             )

@@ -114,6 +114,17 @@ def _voice_command(run: Callable[[_Say], Any]) -> int:
     return EXIT_OK
 
 
+def speak(opts: argparse.Namespace, settings: Settings) -> int:
+    """speak_text from a terminal: the same validation and engine code; Ctrl-C stops the sound at once."""
+    from mcp_listen.voice.synth import PIPER_MISSING, available
+
+    if not available():
+        raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
+    args = contracts.parse_args(contracts.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device")))
+    print_json(wire(Engine(settings).speak(args)))
+    return EXIT_OK
+
+
 def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     from mcp_listen.whisper.text import usable_text
 

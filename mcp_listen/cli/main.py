@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("name")
     models.add_argument("--json", action="store_true")
     _voices(sub)
+    _speak(sub)
     _doctor_and_config(sub)
     return parser
 
@@ -82,6 +83,14 @@ def _voices(sub: Any) -> None:
     pull.add_argument("name")
     pull.add_argument("--force", action="store_true", help="download again even if the voice is there")
     voices.add_argument("--json", action="store_true")
+
+
+def _speak(sub: Any) -> None:
+    speak = sub.add_parser("speak", help="say a text aloud with a Piper voice (speak_text) and print its result")
+    speak.add_argument("text")
+    speak.add_argument("--voice", help=f"Piper voice name, file name or path (default {limits.DEFAULT_VOICE})")
+    speak.add_argument("--speed", type=float, help=f"speaking rate, {limits.MIN_SPEED:g}-{limits.MAX_SPEED:g}")
+    speak.add_argument("--device", help="output device id, index or name (see: mcp-listen devices --kind output)")
 
 
 def _doctor_and_config(sub: Any) -> None:

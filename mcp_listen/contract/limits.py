@@ -51,6 +51,12 @@ MAX_LLM_MODEL_CHARS = 200
 MAX_DEVICE_CHARS = 512
 MAX_VOICE_CHARS = 1024
 """Longest voice argument (a Piper voice name, file name or path), as for whisper_model."""
+DEFAULT_VOICE = "en_US-lessac-medium"
+"""speak_text's voice when none is given (MCP_LISTEN_VOICE): Piper's own documentation's example voice."""
+MAX_SPEAK_CHARS = 10_000
+"""Longest text speak_text says in one call (about ten minutes of speech)."""
+MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
+"""speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
 DEVICE_KINDS = ("input", "output", "all")
 """What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""
 DEFAULT_DEVICE_KIND = "input"
@@ -85,6 +91,7 @@ class Defaults:
     prompt: str = DEFAULT_PROMPT
     silence_ms: int = DEFAULT_SILENCE_MS
     end_of_turn: str = DEFAULT_END_OF_TURN
+    voice: str = DEFAULT_VOICE
 
     def words(self) -> dict[str, Any]:
         """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
@@ -107,6 +114,12 @@ ACCEPTED = {
     "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters, no control characters; empty means "
     "the default)",
     "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
+    "text": f"the text to say: 1 to {MAX_SPEAK_CHARS} characters, not only spaces, no control characters other "
+    "than newline and tab",
+    "voice": f"a Piper voice name such as {DEFAULT_VOICE}, a file name or a path (1 to {MAX_VOICE_CHARS} "
+    "characters, no control characters; empty means the default)",
+    "speed": f"a number from {MIN_SPEED:g} to {MAX_SPEED:g} (1 is the voice's own pace)",
+    "wait": "a boolean",
 }
 """What each argument accepts, as error messages and the config check say it."""
 
@@ -122,5 +135,8 @@ CONSTANTS = {
     "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
     "max_prompt_chars": MAX_PROMPT_CHARS,
     "unfinished_silence_factor": f"{UNFINISHED_SILENCE_FACTOR:g}",
+    "max_speak_chars": MAX_SPEAK_CHARS,
+    "min_speed": f"{MIN_SPEED:g}",
+    "max_speed": f"{MAX_SPEED:g}",
 }
 """The `{name}` placeholders every description may use, whatever the user's defaults."""

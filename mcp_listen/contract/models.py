@@ -35,6 +35,8 @@ from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers im
     DEFAULT_LLM_MODEL,
     DEFAULT_PROMPT,
     DEFAULT_SILENCE_MS,
+    DEFAULT_SPEED,
+    DEFAULT_VOICE,
     DEFAULT_WHISPER_MODEL,
     DEVICE_KINDS,
     LISTEN_DURATION_MS,
@@ -44,9 +46,13 @@ from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers im
     MAX_LLM_MODEL_CHARS,
     MAX_PROMPT_CHARS,
     MAX_SILENCE_MS,
+    MAX_SPEAK_CHARS,
+    MAX_SPEED,
+    MAX_VOICE_CHARS,
     MAX_WHISPER_MODEL_CHARS,
     MIN_DURATION_MS,
     MIN_SILENCE_MS,
+    MIN_SPEED,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
     WINDOW_MS,
@@ -78,6 +84,16 @@ def _language(value: str) -> str:
 def _no_control_characters(value: str) -> str:
     if has_control_characters(value):
         raise ValueError("control characters")
+    return value
+
+
+def _speakable(value: str) -> str:
+    """Words to say: newlines and tabs are layout; any other control character (ESC, NUL, CR...)
+    is refused, and so is text with nothing but spaces in it."""
+    if has_control_characters(value.replace("\n", "").replace("\t", "")):
+        raise ValueError("control characters")
+    if not value.strip():
+        raise ValueError("nothing to say")
     return value
 
 
@@ -200,6 +216,38 @@ class VoiceQueryArgs(TranscribeArgs):
     )
 
 
+VoiceName = Annotated[
+    Optional[Annotated[StrictStr, Field(min_length=1, max_length=MAX_VOICE_CHARS), _NAME]], _DEFAULT_IF_EMPTY
+]
+Speed = Annotated[float, Field(strict=True, ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)]
+
+
+class SpeakArgs(_Args):
+    text: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SPEAK_CHARS), AfterValidator(_speakable)] = Field(
+        description="What to say, 1-{max_speak_chars} characters (newlines and tabs allowed, no other control "
+        "characters)."
+    )
+    voice: VoiceName = Field(
+        default=None,
+        description="Piper voice: a name such as en_US-lessac-medium, a file name or a path (in the voices folders, "
+        "MCP_LISTEN_VOICES_PATH). Default {voice}.",
+    )
+    speed: Optional[Speed] = Field(
+        default=None,
+        description="Speaking rate, {min_speed}-{max_speed}: 2 says it in half the time, 0.5 in twice. Default 1.",
+    )
+    device: Optional[DeviceRef] = Field(
+        default=None,
+        description='Device to play on: the stable `id` from list_audio_devices with kind "output" (preferred), '
+        "its integer `index`, or its name (or a unique part of it). Default: the system default output.",
+    )
+    wait: Optional[StrictBool] = Field(
+        default=None,
+        description="true (the default): return once the speech has been played. false: return as soon as it "
+        "starts playing and play the rest in the background (get_status then shows `speaking: true`).",
+    )
+
+
 class GetStatusArgs(_Args):
     """get_status takes no arguments."""
 
@@ -273,6 +321,19 @@ class StatusResult(_Result):
     elapsed_ms: Optional[int]
     device: Optional[str]
     whisper_model_loaded: Optional[str]
+    speaking: Optional[bool] = None
+    """Present (true) only while speak_text plays; `recording` is then false and `tool` is speak_text."""
+
+
+class SpeakResult(_Result):
+    voice: str
+    """The Piper voice that spoke (its name)."""
+    duration_ms: Optional[int]
+    """Length of the speech played; null with wait: false (the rest is still being played)."""
+    first_audio_ms: Optional[int]
+    """From the call's arrival to the first samples handed to the sound device; null if none were."""
+    interrupted: bool
+    """True when the call was cancelled (or the server stopped) before the speech was over."""
 
 
 # ---------------------------------------------------------------- validation
@@ -332,7 +393,7 @@ def input_schema(model: type[_Args], defaults: Defaults = Defaults()) -> dict[st
     for name, prop in schema.get("properties", {}).items():
         if "description" in prop:
             prop["description"] = prop["description"].format_map(words)
-        if name in ("whisper_model", "language", "model", "prompt", "silence_ms", "end_of_turn"):
+        if name in ("whisper_model", "language", "model", "prompt", "silence_ms", "end_of_turn", "voice"):
             prop["default"] = words[name]
         else:
             prop.pop("default", None)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from mcp_listen.contract.models import CaptureResult, StatusResult, TranscribeResult, VoiceQueryResult
+from mcp_listen.contract.models import CaptureResult, SpeakResult, StatusResult, TranscribeResult, VoiceQueryResult
 
 NO_SPEECH_MESSAGE = "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
 NO_WORDS_MESSAGE = (
@@ -109,6 +109,18 @@ class Status:
     elapsed_ms: int | None = None
     device: str | None = None
     whisper_model_loaded: str | None = None
+    speaking: bool = False
+    """speak_text holds the device (recording is then False): the result says `speaking: true`."""
+
+
+@dataclass(frozen=True)
+class Spoken:
+    voice: str
+    duration_ms: int | None
+    """Of the speech played; None when the call returned while it was still playing (wait: false)."""
+    first_audio_ms: int | None
+    """Call received -> first samples handed to the sound device; None when nothing was played."""
+    interrupted: bool = False
 
 
 class Tools(Protocol):
@@ -125,10 +137,12 @@ class Tools(Protocol):
 
     def voice_query(self, args: Any, *, stop: Any = None, progress: Progress | None = None) -> Answered: ...
 
+    def speak(self, args: Any, *, stop: Any = None, received: float | None = None) -> Spoken: ...
+
     def status(self) -> Status: ...
 
 
-def wire(result: Devices | Captured | Transcribed | Answered | Status) -> dict[str, Any]:
+def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken) -> dict[str, Any]:
     """The contract's result dict: exactly the fields the tool's result carries, nulls included."""
     if isinstance(result, Devices):
         return {"devices": [device.public() for device in result.devices]}
@@ -150,7 +164,12 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status) -> dict[s
         answer: dict[str, Any] = dict(transcription=question.text, response=result.response, model=result.model)
         return VoiceQueryResult(**answer, **warning).public()
     if isinstance(result, Status):
-        return StatusResult(**vars(result)).public()
+        status: dict[str, Any] = {name: value for name, value in vars(result).items() if name != "speaking"}
+        if result.speaking:  # only then: the result is the Node edition's exactly while nothing speaks
+            status["speaking"] = True
+        return StatusResult(**status).public()
+    if isinstance(result, Spoken):
+        return SpeakResult(**vars(result)).public()
     raise TypeError(f"not an engine result: {type(result).__name__}")
 
 

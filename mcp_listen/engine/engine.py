@@ -18,6 +18,7 @@ only when the model is not resident (tests/unit/test_engine_unit.py proves both)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,24 @@ from typing import Any
 from mcp_listen.audio import devices as device_list
 from mcp_listen.audio import recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
+from mcp_listen.audio.speaker import speaker
 from mcp_listen.config import Settings, default_recordings_dir
-from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
-from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, TranscribeArgs, VoiceQueryArgs
-from mcp_listen.contract.results import Answered, AnyOf, Cancel, Captured, Devices, Status, Transcribed
+from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, DEFAULT_SPEED
+from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, SpeakArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.contract.results import Answered, AnyOf, Cancel, Captured, Devices, Spoken, Status, Transcribed
 from mcp_listen.engine import memory
-from mcp_listen.engine.parts import Asking, DeviceList, Hearing, Microphones, Ollama, Whisper
+from mcp_listen.engine.parts import (
+    Asking,
+    DeviceList,
+    Hearing,
+    Microphones,
+    Ollama,
+    Piper,
+    Speakers,
+    Speaking,
+    Whisper,
+)
+from mcp_listen.engine.playback import Playback
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
@@ -48,6 +61,8 @@ class Engine:
         llm: Asking | None = None,
         vad: VoiceDetector | None = None,
         devices: DeviceList | None = None,
+        voices: Speaking | None = None,
+        speakers: Speakers | None = None,
     ) -> None:
         self.settings = settings
         self.recorder: Microphones = recorder or Recorder()
@@ -56,6 +71,8 @@ class Engine:
         self.vad = vad
         """None: the process-wide Silero session (vad.shared_vad)."""
         self.devices: DeviceList = devices or device_list
+        self.voices: Speaking = voices or Piper(settings)
+        self.speakers: Speakers = speakers or speaker
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
 
@@ -77,9 +94,11 @@ class Engine:
     def status(self) -> Status:
         claim = self.recorder.active
         loaded = self.whisper.loaded_path
+        model = str(loaded) if loaded else None
         if claim is None:
-            return Status(recording=False, whisper_model_loaded=str(loaded) if loaded else None)
-        return Status(True, claim.tool, claim.elapsed_ms, claim.device, str(loaded) if loaded else None)
+            return Status(recording=False, whisper_model_loaded=model)
+        speaking = claim.tool == "speak_text"
+        return Status(not speaking, claim.tool, claim.elapsed_ms, claim.device, model, speaking=speaking)
 
     # ------------------------------------------------------------------ capture_audio
 
@@ -257,6 +276,41 @@ class Engine:
         except LLMError as exc:  # the Node shape of outcome 5, for every LLM failure: nothing said is lost
             exc.extra.update(transcription=text, response=None, model=model, message=exc.message)
             raise
+
+    # ------------------------------------------------------------------ speak_text
+
+    def speak(self, args: SpeakArgs, *, stop: threading.Event | None = None, received: float | None = None) -> Spoken:
+        """Say `args.text` on the output device; `received` is when the call arrived (time.monotonic()).
+
+        The voice is found and checked and the device resolved before anything opens. Speaking
+        holds the same claim as recording, so no tool records or speaks meanwhile (`busy`).
+        With wait false the call returns once the first sound plays and a background thread
+        keeps the claim until the speech is over (or the process shuts down).
+        """
+        received = time.monotonic() if received is None else received
+        voice = self.voices.find(args.voice or self.settings.defaults.voice)
+        device = self.devices.resolve_output(args.device)
+        speed = args.speed if args.speed is not None else DEFAULT_SPEED
+        cancel = _linked(stop, self.shutdown)
+        claim = self.recorder.claim("speak_text", stop=cancel)
+        claim.device = device.name
+        playback = Playback(self.voices, self.speakers, self.recorder.portaudio, voice, device.index, cancel)
+        if args.wait is False:
+            try:
+                first = playback.in_background(args.text, speed, lambda: self.recorder.release(claim))
+            except BaseException:
+                self.recorder.release(claim)
+                raise
+            return Spoken(voice.name, None, _ms_between(received, first), interrupted=False)
+        try:
+            played = playback.run(args.text, speed)
+        finally:
+            self.recorder.release(claim)
+        return Spoken(voice.name, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
+
+
+def _ms_between(start: float, end: float | None) -> int | None:
+    return None if end is None else max(0, round((end - start) * 1000))
 
 
 def _linked(stop: threading.Event | None, shutdown: threading.Event) -> AnyOf:

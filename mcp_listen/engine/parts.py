@@ -21,6 +21,8 @@ from mcp_listen.errors import TranscriptionError
 
 if TYPE_CHECKING:
     from mcp_listen.audio.microphone import Claim
+    from mcp_listen.audio.speaker import Speaker
+    from mcp_listen.voice.check import VoiceInfo
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ class Microphones(Protocol):
 
     def claimed(self, tool: str, stop: Any = None) -> AbstractContextManager[Claim]: ...
 
+    def claim(self, tool: str, stop: Any = None) -> Claim: ...
+
+    def release(self, claim: Claim) -> None: ...
+
     def open(
         self, find_device: Callable[[], Any] | None = None, *, stop: Any = None
     ) -> AbstractContextManager[WindowSource]: ...
@@ -56,6 +62,26 @@ class DeviceList(Protocol):
     def list_devices(self, kind: str, *, rescan: bool = False) -> list[Any]: ...
 
     def resolve(self, device: int | str | None, *, rescan: bool = False) -> Any: ...
+
+    def resolve_output(self, device: int | str | None, *, rescan: bool = False) -> Any: ...
+
+
+class Speaking(Protocol):
+    """Piper: finding and checking a voice before the speaker opens, and synthesising with it."""
+
+    def find(self, voice: str) -> VoiceInfo: ...
+
+    def prepare(self, voice: VoiceInfo) -> None: ...
+
+    def synthesize(self, voice: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]: ...
+
+
+class Speakers(Protocol):
+    """Opening the output stream (audio.speaker.speaker): PortAudio's lock, the device, the voice's rate."""
+
+    def __call__(
+        self, portaudio: Any, device_index: int, sample_rate: int, stop: Cancel
+    ) -> AbstractContextManager[Speaker]: ...
 
 
 class WhisperSession(Protocol):
@@ -137,6 +163,37 @@ class Whisper:
         from mcp_listen.whisper.session import Session
 
         return Session(self.transcriber(), model_path, translate=translate, cancel=cancel)
+
+
+class Piper:
+    """The Piper voices of the settings' folders, checked as hostile files, and the resident voice."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._synthesizer: Any = None
+
+    def find(self, voice: str) -> VoiceInfo:
+        """The voice's two files found and checked (voice_not_found naming the pull command, voice_invalid)."""
+        from mcp_listen.voice.check import check_voice
+        from mcp_listen.voice.names import resolve_voice
+        from mcp_listen.voice.store import search_dirs
+
+        return check_voice(resolve_voice(voice, search_dirs(self.settings)))
+
+    def prepare(self, voice: VoiceInfo) -> None:
+        """Load the voice (first use: ~0.7 s with onnxruntime's import) before the speaker opens:
+        the device is not held open in silence meanwhile, and a voice Piper refuses fails first."""
+        self._synth().voice(voice)
+
+    def synthesize(self, voice: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]:
+        return self._synth().speak(voice, text, speed, stop)
+
+    def _synth(self) -> Any:
+        from mcp_listen.voice.synth import Synthesizer
+
+        if self._synthesizer is None:
+            self._synthesizer = Synthesizer()
+        return self._synthesizer
 
 
 class Ollama:

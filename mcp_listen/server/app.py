@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from mcp_listen.contract.results import Tools, wire
 from mcp_listen.errors import Cancelled, ListenError
 from mcp_listen.server.calls import Call, InFlight
 from mcp_listen.server.ledger import Ledger, LedgerReads, LedgerWrites, MessageKinds
+from mcp_listen.voice import synth
 
 __all__ = ["Call", "InFlight", "Ledger", "build_server", "error_result", "serve_stdio"]
 
@@ -80,6 +82,11 @@ async def _transcribe(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
 
 async def _voice_query(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
     return wire(await call.in_thread(lambda: engine.voice_query(args, stop=call.stop, progress=call.progress)))
+
+
+async def _speak(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    received = time.monotonic()
+    return wire(await call.in_thread(lambda: engine.speak(args, stop=call.stop, received=received)))
 
 
 async def _status(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
@@ -155,11 +162,28 @@ TOOLS = [
         run=_voice_query,
     ),
     ToolSpec(
+        name="speak_text",
+        title="Say something aloud",
+        description=(
+            "Say `text` aloud on this machine's speaker with a local Piper voice (voice {voice} unless `voice` is "
+            "given; nothing leaves the machine). Returns when it has been said (`duration_ms`, `first_audio_ms`), "
+            "or with wait: false as soon as it starts, playing on in the background. The speaker and the "
+            "microphone are one device here: while speech plays, capture_audio, transcribe_voice, voice_query "
+            "and a second speak_text are refused with `busy` (get_status shows `speaking: true`). A missing "
+            "voice is `voice_not_found`, naming the `mcp-listen voices pull` command that fetches it."
+        ),
+        args=contracts.SpeakArgs,
+        result=contracts.SpeakResult,
+        annotations=ACTS,
+        run=_speak,
+    ),
+    ToolSpec(
         name="get_status",
         title="Microphone status",
         description=(
             "What the microphone is doing now: whether a recording is in progress, for which tool, for how "
-            "long and on which device, and which whisper model is loaded. Answers even during a recording."
+            "long and on which device, and which whisper model is loaded. Answers even during a recording. "
+            "While speak_text plays, `recording` is false, `tool` is speak_text and `speaking` is true."
         ),
         args=contracts.GetStatusArgs,
         result=contracts.StatusResult,
@@ -167,6 +191,15 @@ TOOLS = [
         run=_status,
     ),
 ]
+
+
+SPEAKS = "speak_text"
+"""Listed only where Piper (the extra `speak`) is installed."""
+
+
+def listed_specs() -> list[ToolSpec]:
+    """The tools this installation serves: speak_text only when piper can be imported (not imported here)."""
+    return [spec for spec in TOOLS if spec.name != SPEAKS or synth.available()]
 
 
 def _text(value: Any) -> list[types.ContentBlock]:
@@ -187,9 +220,10 @@ def error_result(exc: ListenError) -> types.CallToolResult:
 
 
 def build_server(engine: Tools) -> Server:
-    """The MCP server with its five tools bound to `engine` (engine.Engine, or a fake in tests)."""
-    specs = {spec.name: spec for spec in TOOLS}
-    listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in TOOLS])
+    """The MCP server with its tools (five, six with Piper) bound to `engine` (engine.Engine, or a fake in tests)."""
+    served = listed_specs()
+    specs = {spec.name: spec for spec in served}
+    listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in served])
     in_flight = InFlight(coerce_request_id)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:

@@ -79,8 +79,15 @@ async def test_a_misconfigured_server_starts_and_every_tool_says_what_to_fix(vmi
     env = base_env(vmic, tmp_path, MCP_LISTEN_SILENCE_MS="soon", OLLAMA_HOST="ftp://nowhere")
     with RawServer(env, stderr_path=stderr) as server:
         assert "result" in server.initialize()
-        assert len(server.call("tools/list")["result"]["tools"]) == 5
-        for name in ("list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status"):
+        assert len(server.call("tools/list")["result"]["tools"]) == 6
+        for name in (
+            "list_audio_devices",
+            "capture_audio",
+            "transcribe_voice",
+            "voice_query",
+            "speak_text",
+            "get_status",
+        ):
             reply = server.call("tools/call", {"name": name, "arguments": {}})["result"]
             assert reply["isError"] is True
             text = " ".join(block["text"] for block in reply["content"])

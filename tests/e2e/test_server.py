@@ -19,7 +19,8 @@ from mcp_listen.contract.models import MAX_PROMPT_CHARS
 
 pytestmark = pytest.mark.anyio
 
-TOOL_NAMES = {"list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status"}
+TOOL_NAMES = {"list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "speak_text", "get_status"}
+"""Piper is in the test extra: speak_text is listed (tests/unit/test_speak_unit.py: only where piper is)."""
 
 
 @pytest.fixture

@@ -276,6 +276,7 @@ def test_client_sees_every_outcome(client, case_name, node_clients, vmic, ollama
             "capture_audio",
             "transcribe_voice",
             "voice_query",
+            "speak_text",
             "get_status",
         }
     if case.code is None:

@@ -1,0 +1,238 @@
+"""Playing speech: one int16 mono output stream per call, fed from a queue by its writer thread.
+
+The caller (the engine, synthesising sentence after sentence) hands arrays to `feed` as they
+come; the writer thread writes them into one PortAudio stream opened once at the voice's
+sample rate, so consecutive pieces join without a seam. It writes in blocks of BLOCK_MS and
+looks at the stop event between blocks: a cancel silences the device within about a block
+(the stream is aborted, its buffer dropped). As with the microphone (audio/microphone.py), the
+thread that makes the blocking PortAudio calls holds the Recorder's PortAudio lock from before
+the open until the stream is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_listen.audio.stream import OPEN_TIMEOUT_S
+from mcp_listen.contract.results import Cancel
+from mcp_listen.errors import Cancelled, CaptureError, DeviceLost
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 40
+"""One write: the longest the writer goes without looking at the stop event (the brief: <= 50 ms)."""
+STALL_S = 5.0
+"""Beyond the speech's own length, how long the writer may take before the device counts as lost."""
+CLOSE_WAIT_S = 1.0
+LATENCY_S = 0.2
+"""The device's buffer: room for scheduling jitter while the next sentence is synthesised on a busy
+machine (with PortAudio's "low", 40 ms, a long text underflowed 1-3 times on two busy cores). It costs
+a cancel nothing: abort drops what is buffered."""
+SPEAKER_UNAVAILABLE = (
+    f"The speaker could not be opened within {OPEN_TIMEOUT_S:g} s: the sound system (PulseAudio, PipeWire or the "
+    "audio driver) is not responding. Restart it, or reconnect the device, then try again."
+)
+_END = None
+
+
+@dataclass(frozen=True)
+class Played:
+    """What reached the device."""
+
+    frames: int
+    sample_rate: int
+    first_audio_at: float | None
+    """time.monotonic() when the first block was handed to PortAudio; None when nothing was."""
+    interrupted: bool
+
+    @property
+    def duration_ms(self) -> int:
+        return round(self.frames * 1000 / self.sample_rate)
+
+
+class Speaker:
+    """One output stream and its writer thread: `feed` arrays, then `finish` for what was played."""
+
+    def __init__(self, portaudio: threading.Lock, device_index: int, sample_rate: int, stop: Cancel) -> None:
+        self._portaudio = portaudio
+        self._device = device_index
+        self.sample_rate = sample_rate
+        self._stop = stop
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._opened = threading.Event()
+        self._done = threading.Event()
+        self._abandoned = threading.Event()
+        self.first_audio = threading.Event()
+        """Set once the first samples went to the device (a background call returns then)."""
+        self.first_audio_at: float | None = None
+        self._frames = 0
+        self._fed = 0
+        self._interrupted = False
+        self.underflows = 0
+        """Writes during which the device ran dry (synthesis slower than speech: a gap was heard)."""
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def open(self) -> None:
+        """Take PortAudio, open the stream in the writer thread; bounded by OPEN_TIMEOUT_S and the stop event."""
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        while not self._portaudio.acquire(timeout=0.02):
+            self._give_up_if(deadline)
+        try:
+            threading.Thread(target=self._run, name="mcp-listen-speaker", daemon=True).start()
+        except BaseException:
+            self._portaudio.release()
+            raise
+        while not self._opened.wait(0.02):
+            try:
+                self._give_up_if(deadline)
+            except BaseException:
+                self._abandoned.set()  # a late open is closed at once by the writer
+                raise
+        if self.error is not None:
+            raise self.error
+
+    def feed(self, samples: Any) -> None:
+        """Queue int16 mono samples behind what is already playing."""
+        self._fed += len(samples)
+        self._queue.put(samples)
+
+    def finish(self) -> Played:
+        """Wait until everything fed has played (or the stop event cut it short); what was played."""
+        self._queue.put(_END)
+        limit = time.monotonic() + self._fed / self.sample_rate + STALL_S
+        while not self._done.wait(0.02):
+            if time.monotonic() > limit:
+                self._abandoned.set()
+                raise DeviceLost(
+                    "The speaker stopped taking audio: it was unplugged, or the sound server stopped. "
+                    'Reconnect it, then call list_audio_devices with kind "output" and try again.'
+                )
+        if self.error is not None:
+            raise self.error
+        return Played(self._frames, self.sample_rate, self.first_audio_at, self._interrupted)
+
+    def abandon(self) -> None:
+        """Stop playing now (the caller failed): the writer aborts the stream and lets go of the device."""
+        self._abandoned.set()
+        self._queue.put(_END)
+        if not self._done.wait(CLOSE_WAIT_S):
+            log.warning("the speaker did not close within %g s; continuing without it", CLOSE_WAIT_S)
+
+    def _give_up_if(self, deadline: float) -> None:
+        if self._stop.is_set():
+            raise Cancelled("The speech was cancelled.")
+        if time.monotonic() > deadline:
+            raise CaptureError(SPEAKER_UNAVAILABLE, code="device_unavailable")
+
+    # ------------------------------------------------------------------ the writer thread
+
+    def _run(self) -> None:
+        stream = None
+        try:
+            try:
+                stream = _output_stream(self._device, self.sample_rate)
+                stream.start()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
+                self.error = _open_error(exc)
+            self._opened.set()
+            if stream is not None and self.error is None and not self._abandoned.is_set():
+                self._write_all(stream)
+                self._drain(stream)
+                log.debug("played %d frames, %d underflow(s)", self._frames, self.underflows)
+        except BaseException as exc:  # noqa: BLE001 - a write failing mid-way (device gone)
+            self.error = DeviceLost(f"The speaker failed while playing: {exc}. Reconnect it and try again.")
+        finally:
+            if stream is not None:
+                _close_now(stream)
+            self._done.set()
+            self._portaudio.release()
+
+    def _stopping(self) -> bool:
+        if self._stop.is_set() or self._abandoned.is_set():
+            if not self._interrupted and self.first_audio_at is not None:
+                # what sits in the device's buffer is dropped by the abort: count only what was heard
+                heard = int((time.monotonic() - self.first_audio_at) * self.sample_rate)
+                self._frames = min(self._frames, heard)
+            self._interrupted = True
+            return True
+        return False
+
+    def _write_all(self, stream: Any) -> None:
+        """Write what is fed, block by block, until the end mark or the stop event."""
+        block = max(1, self.sample_rate * BLOCK_MS // 1000)
+        while True:
+            try:
+                samples = self._queue.get(timeout=0.02)
+            except queue.Empty:
+                if self._stopping():
+                    return
+                continue
+            if samples is _END:
+                return
+            for start in range(0, len(samples), block):
+                if self._stopping():
+                    return
+                if stream.write(samples[start : start + block].reshape(-1, 1)) and self._frames:
+                    self.underflows += 1
+                if self.first_audio_at is None:
+                    self.first_audio_at = time.monotonic()
+                    self.first_audio.set()
+                self._frames += min(block, len(samples) - start)
+
+    def _drain(self, stream: Any) -> None:
+        """Let the device play what sits in its buffer (its output latency), still listening for stop."""
+        if self._interrupted:
+            return
+        until = time.monotonic() + float(getattr(stream, "latency", 0.1) or 0.1) + BLOCK_MS / 1000
+        while time.monotonic() < until:
+            if self._stopping():
+                return
+            time.sleep(0.01)
+        stream.stop()
+
+
+@contextmanager
+def speaker(portaudio: threading.Lock, device_index: int, sample_rate: int, stop: Cancel) -> Iterator[Speaker]:
+    """An open Speaker; left early (an error, a cancel), it stops playing at once and frees the device."""
+    out = Speaker(portaudio, device_index, sample_rate, stop)
+    out.open()
+    try:
+        yield out
+    finally:
+        if not out._done.is_set():
+            out.abandon()
+
+
+def _output_stream(device_index: int, sample_rate: int) -> Any:
+    import sounddevice as sd
+
+    return sd.OutputStream(samplerate=sample_rate, channels=1, dtype="int16", device=device_index, latency=LATENCY_S)
+
+
+def _open_error(exc: BaseException) -> BaseException:
+    """PortAudio's refusal as a named error; anything else (a cancel) as it is."""
+    if isinstance(exc, Exception) and type(exc).__name__ == "PortAudioError":
+        return CaptureError(
+            f"Could not open the speaker: {exc}. Check that it is connected, call list_audio_devices with kind "
+            '"output", then try again.',
+            code="device_unavailable",
+        )
+    return exc
+
+
+def _close_now(stream: Any) -> None:
+    """Abort (drop what is buffered: a cancel is silent at once) and close; never raises."""
+    try:
+        stream.abort(ignore_errors=True)
+        stream.close(ignore_errors=True)
+    except Exception as exc:  # noqa: BLE001 - closing a dead stream: nothing left to do
+        log.debug("closing the speaker failed: %s", exc)

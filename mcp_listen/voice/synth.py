@@ -1,0 +1,83 @@
+"""Piper synthesis: a checked voice loaded once, and text turned into int16 audio piece by piece.
+
+piper-tts is the optional extra `speak` (GPL-3.0-or-later): `available()` says whether it is
+installed without importing it, and nothing of piper or onnxruntime is imported before the
+first call that speaks. The voice given here has passed voice/check.py: Piper reads its
+config with bare `config["..."]` lookups and would crash on a hostile one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from mcp_listen.contract.results import Cancel
+from mcp_listen.errors import VoiceError
+from mcp_listen.voice.check import VoiceInfo
+from mcp_listen.voice.pieces import pieces
+
+PIPER_MISSING = (
+    "Speech output needs Piper, which is not installed. Install the extra: pip install 'mcp-listen[speak]' "
+    "(or pipx install 'mcp-listen[speak]'), then restart the server."
+)
+
+
+def available() -> bool:
+    """Whether piper-tts can be imported (speak_text is listed only then); imports nothing."""
+    try:
+        return importlib.util.find_spec("piper") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class Synthesizer:
+    """The resident Piper voice: the last one used stays loaded (loading a voice takes ~0.3 s)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loaded: tuple[tuple[str, int], Any] | None = None
+
+    def voice(self, info: VoiceInfo) -> Any:
+        """The PiperVoice for `info`, loaded on first use and when the file changed."""
+        key = (str(info.path), info.size_bytes)
+        with self._lock:
+            if self._loaded is None or self._loaded[0] != key:
+                self._loaded = None  # the old network is freed before the new one loads
+                self._loaded = (key, _load(info))
+            return self._loaded[1]
+
+    def speak(self, info: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]:
+        """int16 mono samples at info.sample_rate, one array per sentence, the short first piece first;
+        stops between sentences once `stop` is set."""
+        voice = self.voice(info)
+        config = _synthesis_config(voice, speed)
+        for piece in pieces(text):
+            for chunk in voice.synthesize(piece, config):
+                if stop.is_set():
+                    return
+                yield chunk.audio_int16_array
+
+
+def _load(info: VoiceInfo) -> Any:
+    try:
+        from piper import PiperVoice
+    except ImportError:
+        raise VoiceError(PIPER_MISSING, code="piper_missing") from None
+    try:
+        return PiperVoice.load(info.path, config_path=info.config_path)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime refusing a network that passed the checks
+        raise VoiceError(
+            f"Piper could not load the voice {info.path}: {type(exc).__name__}. Pull it again, or choose "
+            "another voice (mcp-listen voices lists them).",
+            code="voice_invalid",
+        ) from None
+
+
+def _synthesis_config(voice: Any, speed: float) -> Any:
+    """Piper's length_scale is the time per phoneme: the voice's own divided by the speed."""
+    from piper import SynthesisConfig
+
+    own = getattr(voice.config, "length_scale", None) or 1.0
+    return SynthesisConfig(length_scale=own / speed)

@@ -1,0 +1,204 @@
+"""speak_text through the real server with a real Piper voice (en_US-joe-medium, tests/assets/voices),
+played into the virtual microphone's sink (the default output): what the test process records from
+the vmic source is what the speaker played, and whisper must understand it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+from rpc import error_of, mcp_client, server_env, wire
+from speech_checks import wer
+from vmic import SOURCE
+
+pytestmark = pytest.mark.anyio
+
+FOX = "The quick brown fox jumps over the lazy dog."
+LONG = " ".join(
+    [
+        "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
+        "Every morning he rowed out past the rocks, and every evening he came home with a basket of fish.",
+        "One day the sea was very calm, and the fisherman rowed further than he had ever gone before.",
+        "There, far from the shore, he cast his net and waited for a long, long time.",
+    ]
+)
+SOUND = 300
+"""A sample louder than this (about -40 dBFS) is sound; the null sink's silence is exact zeros."""
+
+
+@pytest.fixture
+def speak_env(vmic, tmp_path, piper_voice):
+    return server_env(
+        vmic.env,
+        HOME=str(tmp_path),
+        MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
+        MCP_LISTEN_VOICES_PATH=str(piper_voice.parent),
+        MCP_LISTEN_VOICE="en_US-joe-medium",
+    )
+
+
+@contextmanager
+def recording_the_speaker(vmic, into: Path):
+    """parec on the vmic source (the monitor of the sink speak_text plays into), 16 kHz mono s16le,
+    for as long as the block runs; the samples are in `into` afterwards."""
+    with open(into, "wb") as out:
+        parec = subprocess.Popen(
+            ["parec", f"--device={SOURCE}", "--rate=16000", "--channels=1", "--format=s16le", "--raw"],
+            env=vmic.child_env(),
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(0.3)  # parec connected before anything plays
+            yield
+            time.sleep(0.3)
+        finally:
+            parec.terminate()
+            parec.wait(timeout=10)
+
+
+def sound_span_ms(samples: np.ndarray) -> int:
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND)
+    return 0 if len(loud) == 0 else round((loud[-1] - loud[0]) * 1000 / 16000)
+
+
+def transcribe(samples: np.ndarray, model_path: Path) -> str:
+    from mcp_listen.whisper.transcriber import Transcriber
+
+    return Transcriber(threads=2).transcribe(samples.astype(np.float32) / 32768, path=model_path)
+
+
+async def test_spoken_text_is_heard_as_said(speak_env, vmic, tmp_path, model_path):
+    raw = tmp_path / "heard.raw"
+    async with mcp_client(speak_env) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "speak_text" in tools and tools["speak_text"].input_schema["required"] == ["text"]
+        with recording_the_speaker(vmic, raw):
+            result = await client.call_tool("speak_text", {"text": FOX})
+        after = (await client.call_tool("get_status", {})).structured_content
+    assert not result.is_error, result.content[0].text
+    spoken = result.structured_content
+    assert set(spoken) == {"voice", "duration_ms", "first_audio_ms", "interrupted"}
+    assert spoken["voice"] == "en_US-joe-medium" and spoken["interrupted"] is False
+    assert isinstance(spoken["first_audio_ms"], int) and spoken["first_audio_ms"] >= 0
+    heard = np.fromfile(raw, dtype=np.int16)
+    span = sound_span_ms(heard)
+    assert 0.5 * spoken["duration_ms"] <= span <= spoken["duration_ms"] + 300, (span, spoken)
+    text = await anyio.to_thread.run_sync(lambda: transcribe(heard, model_path))
+    assert wer(FOX, text) <= 0.35, text
+    assert after == {"recording": False, "tool": None, "elapsed_ms": None, "device": None, "whisper_model_loaded": None}
+
+
+async def test_a_missing_voice_is_named_with_the_pull_command(speak_env):
+    async with mcp_client(speak_env) as client:
+        result = await client.call_tool("speak_text", {"text": "Hello.", "voice": "en_GB-alan-low"})
+    error = error_of(result)["error"]
+    assert error["code"] == "voice_not_found" and error["stage"] == "speak", error
+    assert "voices pull en_GB-alan-low" in error["message"], error
+
+
+async def test_while_speech_plays_in_the_background_the_device_is_busy(speak_env, vmic, tmp_path):
+    async with mcp_client(speak_env) as client:
+        started = await client.call_tool("speak_text", {"text": LONG, "wait": False})
+        assert not started.is_error, started.content[0].text
+        status = (await client.call_tool("get_status", {})).structured_content
+        capture = await client.call_tool("capture_audio", {"duration_ms": 300})
+        second = await client.call_tool("speak_text", {"text": FOX})
+        spoken = started.structured_content
+        assert spoken["duration_ms"] is None and spoken["interrupted"] is False and spoken["first_audio_ms"] >= 0
+        assert status["speaking"] is True and status["recording"] is False and status["tool"] == "speak_text"
+        for refused in (capture, second):
+            assert error_of(refused)["error"]["code"] == "busy", refused.content[0].text
+            assert "speak_text is playing" in error_of(refused)["error"]["message"]
+        deadline = time.monotonic() + 60
+        while (await client.call_tool("get_status", {})).structured_content.get("speaking"):
+            assert time.monotonic() < deadline, "the background speech never ended"
+            await anyio.sleep(0.1)
+        after = await client.call_tool("capture_audio", {"duration_ms": 300})
+    assert not after.is_error, after.content[0].text
+
+
+def test_a_cancelled_speech_stops_and_frees_the_device(speak_env, vmic, tmp_path):
+    """notifications/cancelled mid-way: the sound stops (the recording of the speaker holds far less
+    than the whole text) and a capture_audio right after gets the device."""
+    raw = tmp_path / "cut.raw"
+    with wire(speak_env) as w:
+        warm = w.call("speak_text", {"text": "Ready."}, timeout=60)  # the voice loaded: the next one speaks at once
+        assert not warm.get("isError"), warm
+        with recording_the_speaker(vmic, raw):
+            request = w.start("speak_text", {"text": LONG})
+            w.until(lambda: (w.status().get("elapsed_ms") or 0) >= 1500, 30, "speech never started")
+            w.cancel(request["id"])
+            deadline = time.monotonic() + 10
+            while w.status().get("speaking"):
+                assert time.monotonic() < deadline, "the device was never freed"
+                time.sleep(0.02)
+            capture = w.call("capture_audio", {"duration_ms": 300})
+            time.sleep(1.0)
+    assert not capture.get("isError"), capture
+    played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
+    assert 500 <= played <= 6000, played  # the whole text takes ~20 s
+
+
+def test_the_cli_speaks_and_prints_the_result(speak_env, vmic, tmp_path):
+    import json
+    import sys
+
+    raw = tmp_path / "cli.raw"
+    run = [sys.executable, "-m", "mcp_listen", "speak"]
+    with recording_the_speaker(vmic, raw):
+        done = subprocess.run([*run, FOX, "--speed", "1.5"], env=speak_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["voice"] == "en_US-joe-medium" and result["interrupted"] is False
+    assert 0 < sound_span_ms(np.fromfile(raw, dtype=np.int16)) <= result["duration_ms"] + 300
+    slow = subprocess.run([*run, FOX, "--speed", "3"], env=speak_env, capture_output=True, text=True, timeout=60)
+    assert slow.returncode == 64 and "Invalid speed" in slow.stderr, slow.stderr
+
+
+def test_end_of_input_stops_a_background_speech_and_the_server_exits(speak_env, vmic, tmp_path):
+    raw = tmp_path / "eof.raw"
+    with recording_the_speaker(vmic, raw), wire(speak_env) as w:
+        started = w.call("speak_text", {"text": LONG, "wait": False}, timeout=60)
+        assert not started.get("isError"), started
+        time.sleep(1.0)
+        w.server.close_stdin()
+        assert w.server.wait_exit(timeout=10) == 0
+    played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
+    assert 500 <= played <= 6000, played  # the whole text takes ~20 s
+
+
+async def test_an_invalid_voice_is_refused_before_the_speaker_opens(speak_env, tmp_path, piper_voice):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    (folder / "en_US-fake-medium.onnx").write_bytes(b"<html>not a network</html>" * 100)
+    (folder / "en_US-fake-medium.onnx.json").write_bytes(piper_voice.with_name(piper_voice.name + ".json").read_bytes())
+    async with mcp_client(speak_env) as client:
+        result = await client.call_tool(
+            "speak_text", {"text": "Hello.", "voice": str(folder / "en_US-fake-medium.onnx")}
+        )
+        status = (await client.call_tool("get_status", {})).structured_content
+    error = error_of(result)["error"]
+    assert error["code"] == "voice_invalid" and "not an ONNX model" in error["message"], error
+    assert status["recording"] is False and "speaking" not in status
+
+
+def test_nothing_of_piper_loads_before_the_first_speech(speak_env, piper_voice):
+    """Finding and checking a voice, listing the tools: no piper, no onnxruntime; the first speech loads them."""
+    import sys
+
+    code = (
+        "import sys\nfrom mcp_listen.config import load_settings\nfrom mcp_listen.engine.engine import Engine\n"
+        "from mcp_listen.server.app import listed_specs\n"
+        "assert 'speak_text' in [s.name for s in listed_specs()]\n"
+        "engine = Engine(load_settings())\ninfo = engine.voices.find('en_US-joe-medium')\n"
+        "print('piper' in sys.modules, 'onnxruntime' in sys.modules)\n"
+        "engine.voices.prepare(info)\nprint('piper' in sys.modules, 'onnxruntime' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=speak_env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False", "True", "True"], done.stderr

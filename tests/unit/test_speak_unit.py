@@ -1,0 +1,460 @@
+"""speak_text without a speaker: its arguments, the first-piece cut, when it is listed, its wire shape,
+and the engine's composition against fake parts (the device claim, wait: false, a cancel)."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from mcp_listen.config import Settings, load_settings
+from mcp_listen.contract import models as contracts
+from mcp_listen.contract.limits import DEFAULT_VOICE, MAX_SPEAK_CHARS
+from mcp_listen.contract.results import Spoken, Status, wire
+from mcp_listen.errors import DeviceBusy, InvalidArgument
+from mcp_listen.voice.pieces import MAX_FIRST_WORDS, first_piece, pieces
+
+
+def parse(**raw: Any) -> contracts.SpeakArgs:
+    return contracts.parse_args(contracts.SpeakArgs, raw)
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def test_the_text_alone_is_enough_and_the_rest_defaults():
+    args = parse(text="Hello.")
+    assert (args.text, args.voice, args.speed, args.device, args.wait) == ("Hello.", None, None, None, None)
+
+
+@pytest.mark.parametrize("text", ["line one\nline two", "a\ttab", "x" * MAX_SPEAK_CHARS, "café, naïve — ok"])
+def test_texts_that_are_accepted(text):
+    assert parse(text=text).text == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   \n\t ",
+        "x" * (MAX_SPEAK_CHARS + 1),
+        "bell\x07",
+        "esc \x1b[31m red",
+        "carriage\rreturn",
+        "nul\x00",
+        "c1\x85",
+    ],
+)
+def test_texts_that_are_refused_name_the_argument(text):
+    with pytest.raises(InvalidArgument, match=r"Invalid text: expected the text to say: 1 to 10000 characters"):
+        parse(text=text)
+
+
+@pytest.mark.parametrize("text", [None, 5, ["a"], {"t": "a"}])
+def test_a_text_that_is_not_a_string_is_refused(text):
+    with pytest.raises(InvalidArgument, match="Invalid text"):
+        contracts.parse_args(contracts.SpeakArgs, {"text": text})
+
+
+def test_text_is_required():
+    with pytest.raises(InvalidArgument, match="Invalid text"):
+        contracts.parse_args(contracts.SpeakArgs, {})
+
+
+@pytest.mark.parametrize("speed", [0.5, 1, 1.25, 2, 2.0])
+def test_speeds_in_range(speed):
+    assert parse(text="a", speed=speed).speed == speed
+
+
+@pytest.mark.parametrize("speed", [0.49, 2.01, 0, -1, True, "1", float("nan"), float("inf")])
+def test_speeds_out_of_range(speed):
+    with pytest.raises(InvalidArgument, match=r"Invalid speed: expected a number from 0.5 to 2"):
+        parse(text="a", speed=speed)
+
+
+@pytest.mark.parametrize("voice", ["en_US-lessac-medium", "x.onnx", "/abs/path/v.onnx"])
+def test_voices_accepted(voice):
+    assert parse(text="a", voice=voice).voice == voice
+
+
+def test_an_empty_voice_means_the_default_and_a_control_character_is_refused():
+    assert parse(text="a", voice="").voice is None
+    with pytest.raises(InvalidArgument, match="Invalid voice"):
+        parse(text="a", voice="en_US\nx")
+    with pytest.raises(InvalidArgument, match="Invalid voice"):
+        parse(text="a", voice="v" * 1025)
+
+
+@pytest.mark.parametrize("wait", ["yes", 1, 0])
+def test_wait_is_a_boolean(wait):
+    with pytest.raises(InvalidArgument, match="Invalid wait: expected a boolean"):
+        parse(text="a", wait=wait)
+
+
+def test_devices_as_for_recording():
+    assert parse(text="a", device=3).device == 3
+    assert parse(text="a", device="ALSA:default").device == "ALSA:default"
+    with pytest.raises(InvalidArgument, match="Invalid device"):
+        parse(text="a", device=-1)
+
+
+def test_an_unknown_argument_is_refused_naming_the_accepted_ones():
+    with pytest.raises(
+        InvalidArgument, match="Unknown argument 'volume'. Accepted arguments: text, voice, speed, device, wait."
+    ):
+        parse(text="a", volume=2)
+
+
+def test_the_schema_is_closed_and_states_the_default_voice():
+    schema = contracts.input_schema(contracts.SpeakArgs, load_settings({"MCP_LISTEN_VOICE": "en_GB-alan-low"}).defaults)
+    assert schema["additionalProperties"] is False and schema["required"] == ["text"]
+    assert schema["properties"]["voice"]["default"] == "en_GB-alan-low"
+    assert "en_GB-alan-low" in schema["properties"]["voice"]["description"]
+    assert schema["properties"]["text"]["maxLength"] == MAX_SPEAK_CHARS
+
+
+def test_the_default_voice_setting():
+    assert load_settings({}).defaults.voice == DEFAULT_VOICE == "en_US-lessac-medium"
+    assert load_settings({"MCP_LISTEN_VOICE": "en_US-joe-medium"}).defaults.voice == "en_US-joe-medium"
+    bad = load_settings({"MCP_LISTEN_VOICE": "a\x1bb"})
+    assert bad.defaults.voice == DEFAULT_VOICE and any("MCP_LISTEN_VOICE" in p for p in bad.problems)
+
+
+# ---------------------------------------------------------------- the first piece
+
+
+@pytest.mark.parametrize(
+    "text, first, rest",
+    [
+        ("The quick brown fox jumps over the lazy dog.", "The quick brown fox jumps over", "the lazy dog."),
+        ("Hello, world. How are you?", "Hello,", "world. How are you?"),
+        ("Yes; no: maybe", "Yes;", "no: maybe"),
+        ("One two three.", "One two three.", ""),
+        ("Stop! Then go on and on and on.", "Stop!", "Then go on and on and on."),
+        ('He said "no," and left the room at once', 'He said "no,"', "and left the room at once"),
+        ("  spaced   out   words  ", "spaced   out   words", ""),
+        ("one two three four five six seven", "one two three four five six", "seven"),
+        ("a 1,000 b 3.5 c d e f", "a 1,000 b 3.5 c d", "e f"),
+        ("first\nsecond, third", "first\nsecond,", "third"),
+    ],
+)
+def test_the_first_piece_ends_at_the_first_clause_or_after_six_words(text, first, rest):
+    assert first_piece(text) == (first, rest)
+
+
+def test_the_first_piece_never_has_more_than_six_words_and_nothing_is_lost():
+    text = " ".join(f"w{i}" for i in range(40)) + "."
+    head, tail = first_piece(text)
+    assert len(head.split()) == MAX_FIRST_WORDS
+    assert f"{head} {tail}".split() == text.split()
+    assert pieces(text) == [head, tail]
+    assert pieces("Short.") == ["Short."]
+
+
+# ---------------------------------------------------------------- listing
+
+
+def _tool_names() -> list[str]:
+    from mcp_listen.server.app import listed_specs
+
+    return [spec.name for spec in listed_specs()]
+
+
+def test_speak_text_is_listed_only_where_piper_can_be_imported(monkeypatch):
+    real = importlib.util.find_spec
+
+    def without_piper(name, *args, **kw):
+        return None if name == "piper" else real(name, *args, **kw)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_piper)
+    assert "speak_text" not in _tool_names()
+    assert _tool_names() == ["list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status"]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: object() if name == "piper" else real(name))
+    assert _tool_names() == [
+        "list_audio_devices",
+        "capture_audio",
+        "transcribe_voice",
+        "voice_query",
+        "speak_text",
+        "get_status",
+    ]
+
+
+def test_listing_imports_no_piper():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom mcp_listen.server.app import listed_specs\nnames = [s.name for s in listed_specs()]\n"
+        "print('piper' in sys.modules, 'onnxruntime' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+# ---------------------------------------------------------------- wire shapes
+
+
+def test_the_result_wire_shape():
+    assert wire(Spoken("en_US-joe-medium", 2710, 412, False)) == {
+        "voice": "en_US-joe-medium",
+        "duration_ms": 2710,
+        "first_audio_ms": 412,
+        "interrupted": False,
+    }
+    assert list(wire(Spoken("v", None, 300))) == ["voice", "duration_ms", "first_audio_ms", "interrupted"]
+    schema = contracts.output_schema(contracts.SpeakResult)
+    assert set(schema["required"]) == {"voice", "duration_ms", "first_audio_ms", "interrupted"}
+
+
+def test_status_says_speaking_only_while_speech_plays():
+    assert wire(Status(False)) == {
+        "recording": False,
+        "tool": None,
+        "elapsed_ms": None,
+        "device": None,
+        "whisper_model_loaded": None,
+    }
+    assert wire(Status(False, "speak_text", 120, "ALSA:default", None, speaking=True)) == {
+        "recording": False,
+        "tool": "speak_text",
+        "elapsed_ms": 120,
+        "device": "ALSA:default",
+        "whisper_model_loaded": None,
+        "speaking": True,
+    }
+
+
+# ---------------------------------------------------------------- the engine, on fake parts
+
+
+class FakeVoices:
+    """Three "sentences" of 0.1 s each; `gate` holds the second until it is set."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def find(self, voice: str) -> Any:
+        from pathlib import Path
+
+        from mcp_listen.voice.check import VoiceInfo
+
+        return VoiceInfo(voice, Path(f"/v/{voice}.onnx"), "en_US", "medium", 1000, 1, 2048)
+
+    def prepare(self, voice: Any) -> None:
+        self.prepared = voice
+
+    def synthesize(self, voice: Any, text: str, speed: float, stop: Any):
+        import numpy as np
+
+        for i in range(3):
+            if i == 1:
+                while not self.gate.wait(0.01):
+                    if stop.is_set():
+                        return
+            yield np.full(100, i + 1, dtype=np.int16)
+
+
+class FakeSpeaker:
+    def __init__(self, rate: int, stop: Any) -> None:
+        self.rate, self.stop, self.fed = rate, stop, []
+        self.first_audio = threading.Event()
+        self.first_audio_at: float | None = None
+
+    def feed(self, samples: Any) -> None:
+        self.fed.append(samples)
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
+            self.first_audio.set()
+
+    def finish(self) -> Any:
+        from mcp_listen.audio.speaker import Played
+
+        frames = sum(len(s) for s in self.fed)
+        return Played(frames, self.rate, self.first_audio_at, self.stop.is_set())
+
+
+class FakeOutputs:
+    def __init__(self) -> None:
+        self.opened: list[FakeSpeaker] = []
+
+    def __call__(self, portaudio: Any, device_index: int, sample_rate: int, stop: Any):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def opened():
+            with portaudio:
+                out = FakeSpeaker(sample_rate, stop)
+                self.opened.append(out)
+                yield out
+
+        return opened()
+
+
+class FakeDevices:
+    def resolve_output(self, device: Any, *, rescan: bool = False) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(index=7, name="Fake Speaker")
+
+
+def _engine(voices: FakeVoices | None = None):
+    from mcp_listen.engine.engine import Engine
+
+    voices = voices or FakeVoices()
+    outputs = FakeOutputs()
+    engine = Engine(Settings(), voices=voices, speakers=outputs, devices=FakeDevices())  # type: ignore[arg-type]
+    return engine, voices, outputs
+
+
+def test_speaking_plays_every_sentence_on_the_resolved_device_and_frees_it():
+    engine, _, outputs = _engine()
+    spoken = engine.speak(parse(text="Hello there.", voice="en_US-joe-medium"))
+    assert (spoken.voice, spoken.duration_ms, spoken.interrupted) == ("en_US-joe-medium", 300, False)
+    assert spoken.first_audio_ms is not None and spoken.first_audio_ms >= 0
+    assert [int(s[0]) for s in outputs.opened[0].fed] == [1, 2, 3]
+    assert engine.recorder.active is None and not engine.recorder.portaudio.locked()
+
+
+def test_the_default_voice_comes_from_the_settings():
+    from mcp_listen.engine.engine import Engine
+
+    settings = load_settings({"MCP_LISTEN_VOICE": "en_US-joe-medium"})
+    engine = Engine(settings, voices=FakeVoices(), speakers=FakeOutputs(), devices=FakeDevices())  # type: ignore[arg-type]
+    assert engine.speak(parse(text="Hi.")).voice == "en_US-joe-medium"
+
+
+def test_wait_false_returns_at_the_first_sound_and_holds_the_device_until_the_end():
+    engine, voices, outputs = _engine()
+    voices.gate.clear()
+    spoken = engine.speak(parse(text="Hello there.", wait=False))
+    assert spoken.duration_ms is None and spoken.first_audio_ms is not None and not spoken.interrupted
+    status = engine.status()
+    assert (status.recording, status.tool, status.speaking, status.device) == (
+        False,
+        "speak_text",
+        True,
+        "Fake Speaker",
+    )
+    with pytest.raises(DeviceBusy, match="speak_text is playing"):
+        engine.recorder.claim("capture_audio")
+    with pytest.raises(DeviceBusy):
+        engine.speak(parse(text="A second one."))
+    voices.gate.set()
+    deadline = time.monotonic() + 5
+    while engine.recorder.active is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.recorder.active is None and not engine.status().speaking
+    assert [int(s[0]) for s in outputs.opened[0].fed] == [1, 2, 3]
+
+
+def test_a_cancel_mid_way_says_interrupted_and_frees_the_device():
+    engine, voices, _ = _engine()
+    voices.gate.clear()
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    spoken = engine.speak(parse(text="Hello there."), stop=stop)
+    assert spoken.interrupted is True and spoken.duration_ms == 100
+    assert engine.recorder.active is None
+
+
+def test_shutdown_stops_a_background_speech():
+    engine, voices, _ = _engine()
+    voices.gate.clear()
+    engine.speak(parse(text="Hello there.", wait=False))
+    engine.shutdown.set()
+    deadline = time.monotonic() + 5
+    while engine.recorder.active is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.recorder.active is None
+
+
+def test_a_busy_microphone_refuses_speech_before_anything_opens():
+    engine, _, outputs = _engine()
+    with engine.recorder.claimed("transcribe_voice"):
+        with pytest.raises(DeviceBusy, match="recording is already in progress"):
+            engine.speak(parse(text="Hello."))
+    assert outputs.opened == []
+
+
+# ---------------------------------------------------------------- the speaker, on a fake stream
+
+
+class FakeStream:
+    """Takes writes at 20x real time; records their sizes and whether it was aborted."""
+
+    latency = 0.01
+
+    def __init__(self) -> None:
+        self.writes: list[int] = []
+        self.aborted = self.closed = False
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def write(self, block: Any) -> bool:
+        assert block.shape[1] == 1 and block.dtype.name == "int16"
+        self.writes.append(len(block))
+        time.sleep(len(block) / 22050 / 20)
+        return False
+
+    def abort(self, ignore_errors: bool = True) -> None:
+        self.aborted = True
+
+    def close(self, ignore_errors: bool = True) -> None:
+        self.closed = True
+
+
+def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
+    import numpy as np
+
+    from mcp_listen.audio import speaker as speakers
+    from mcp_listen.audio.speaker import BLOCK_MS
+
+    stream = FakeStream()
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: stream)
+    lock, stop = threading.Lock(), threading.Event()
+    with speakers.speaker(lock, 3, 22050, stop) as out:
+        out.feed(np.zeros(22050, dtype=np.int16))
+        out.feed(np.zeros(11025, dtype=np.int16))
+        whole = out.finish()
+    assert whole.frames == 33075 and not whole.interrupted and whole.first_audio_at is not None
+    assert max(stream.writes) <= 22050 * BLOCK_MS // 1000 <= 22050 * 50 // 1000
+    assert stream.aborted and stream.closed and not lock.locked()
+
+    stream = FakeStream()
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: stream)
+    with speakers.speaker(lock, 3, 22050, stop) as out:
+        out.feed(np.zeros(22050 * 60, dtype=np.int16))  # 3 s at the fake's pace
+        out.first_audio.wait(5)
+        stop.set()
+        cut = out.finish()
+    assert cut.interrupted and cut.frames < 22050 * 10
+    assert stream.aborted and not lock.locked()
+
+
+def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio(monkeypatch):
+    from mcp_listen.audio import speaker as speakers
+    from mcp_listen.errors import CaptureError
+
+    class PortAudioError(Exception):
+        pass
+
+    def refuse(index: int, rate: int) -> Any:
+        raise PortAudioError("Invalid sample rate")
+
+    monkeypatch.setattr(speakers, "_output_stream", refuse)
+    lock = threading.Lock()
+    with pytest.raises(CaptureError, match="Could not open the speaker: Invalid sample rate") as caught:
+        with speakers.speaker(lock, 3, 22050, threading.Event()):
+            pass
+    assert caught.value.code == "device_unavailable"
+    deadline = time.monotonic() + 2
+    while lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not lock.locked()
