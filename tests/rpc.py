@@ -22,6 +22,18 @@ from typing import Any
 import pytest
 
 SERVER_CMD = [sys.executable, "-m", "mcp_listen"]
+LISTENING_TOOLS = ("list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status")
+"""What every installation serves, in the listed order."""
+ALL_TOOLS = (
+    "list_audio_devices",
+    "capture_audio",
+    "transcribe_voice",
+    "voice_query",
+    "speak_text",
+    "converse",
+    "get_status",
+)
+"""With the speak extra (Piper), which the test extra brings: the suite's own server lists these."""
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 

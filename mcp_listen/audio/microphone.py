@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mcp_listen.audio.portaudio_lock import PortAudioLock, StreamLock
 from mcp_listen.audio.stream import OPEN_TIMEOUT_S, UNAVAILABLE_MESSAGE, AudioThread
 from mcp_listen.contract.models import WINDOW_SAMPLES
 from mcp_listen.errors import Cancelled, CaptureError, DeviceBusy, DeviceLost
@@ -50,6 +51,8 @@ class Claim:
     device: str | None = None
     stop: Any = None
     """The call's stop event (anything with is_set): once set, the claim is about to be released."""
+    speaking: bool = False
+    """The holder is playing speech (speak_text, or converse before it listens), not recording."""
 
     @property
     def elapsed_ms(self) -> int:
@@ -88,7 +91,7 @@ class Recorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._claim: Claim | None = None
-        self.portaudio = threading.Lock()
+        self.portaudio = PortAudioLock()
         """Held while a stream is open or being opened or closed: PortAudio must not be re-initialised."""
 
     @property
@@ -103,8 +106,8 @@ class Recorder:
         """
         if not self._lock.acquire(blocking=False) and not self._after_letting_go():
             holder = self._claim
-            if holder is not None and holder.tool == "speak_text":
-                raise DeviceBusy("speak_text is playing speech. Wait for it to finish, then call again.")
+            if holder is not None and holder.speaking:
+                raise DeviceBusy(f"{holder.tool} is playing speech. Wait for it to finish, then call again.")
             raise DeviceBusy(
                 "A recording is already in progress. Wait for it to finish, then call again.",
             )
@@ -139,23 +142,26 @@ class Recorder:
         *,
         device_index: int | None = None,
         stop: Any = None,
+        beside_speaker: bool = False,
     ) -> Iterator[Microphone]:
         """The running microphone, to iterate for windows; closed on leaving the block.
 
         The device is whatever `find_device()` returns (an object with `index` and `name`; it runs
         in the audio thread, as it may touch PortAudio), else `device_index`. Opening is bounded
         (OPEN_TIMEOUT_S) and cancellable; once inside the block, sound is being captured.
+        `beside_speaker`: PortAudio is shared with a speaker opened while this runs (converse).
         """
         stop = stop or threading.Event()
         deadline = time.monotonic() + OPEN_TIMEOUT_S
-        self._take_portaudio(stop, deadline)
+        portaudio = self.portaudio.shared if beside_speaker else self.portaudio
+        _take_portaudio(portaudio, stop, deadline)
         blocks: queue.SimpleQueue = queue.SimpleQueue()
-        audio = AudioThread(self.portaudio, find_device or (lambda: _Index(device_index)), blocks)
+        audio = AudioThread(portaudio, find_device or (lambda: _Index(device_index)), blocks)
         finished = False
         try:
             audio.start()
             audio.wait_started(stop, deadline)
-            yield Microphone(audio.device, blocks, audio.resampler, stop)
+            yield Microphone(audio.device, blocks, audio.resampler, stop, audio.latency_s)
             finished = True
         finally:
             audio.close(wait_s=CLOSE_WAIT_S if finished else 0)
@@ -170,13 +176,14 @@ class Recorder:
                     break
         return tape.recording("ceiling")
 
-    def _take_portaudio(self, stop: Any, deadline: float) -> None:
-        """Wait (bounded, cancellable) for the previous stream's audio thread to let go of PortAudio."""
-        while not self.portaudio.acquire(timeout=0.02):
-            if stop.is_set():
-                raise Cancelled("The recording was cancelled.")
-            if time.monotonic() > deadline:
-                raise CaptureError(UNAVAILABLE_MESSAGE, code="device_unavailable")
+
+def _take_portaudio(portaudio: StreamLock, stop: Any, deadline: float) -> None:
+    """Wait (bounded, cancellable) for the previous stream's audio thread to let go of PortAudio."""
+    while not portaudio.acquire(timeout=0.02):
+        if stop.is_set():
+            raise Cancelled("The recording was cancelled.")
+        if time.monotonic() > deadline:
+            raise CaptureError(UNAVAILABLE_MESSAGE, code="device_unavailable")
 
 
 @dataclass(frozen=True)
@@ -195,9 +202,13 @@ class Microphone:
     (the watchdog), and never ends by itself: the caller breaks out when it has enough.
     """
 
-    def __init__(self, device: Any, blocks: queue.SimpleQueue, resampler: Any, stop: Any) -> None:
+    def __init__(
+        self, device: Any, blocks: queue.SimpleQueue, resampler: Any, stop: Any, latency_s: float = 0.0
+    ) -> None:
         self.device = device
         """What was opened: `name` and `index`."""
+        self.latency_s = latency_s
+        """PortAudio's input latency: how long before a window arrives its sound reached the microphone."""
         self._blocks = blocks
         self._resampler = resampler
         self._stop = stop

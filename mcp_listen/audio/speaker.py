@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_listen.audio.portaudio_lock import StreamLock
 from mcp_listen.audio.stream import OPEN_TIMEOUT_S
 from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import Cancelled, CaptureError, DeviceLost
@@ -51,6 +52,9 @@ class Played:
     first_audio_at: float | None
     """time.monotonic() when the first block was handed to PortAudio; None when nothing was."""
     interrupted: bool
+    ended_at: float | None = None
+    """time.monotonic() when the last sample had left the device (PortAudio's stop returned after
+    playing out its buffer), or when a cut-short stream was aborted; None when nothing was opened."""
 
     @property
     def duration_ms(self) -> int:
@@ -60,7 +64,7 @@ class Played:
 class Speaker:
     """One output stream and its writer thread: `feed` arrays, then `finish` for what was played."""
 
-    def __init__(self, portaudio: threading.Lock, device_index: int, sample_rate: int, stop: Cancel) -> None:
+    def __init__(self, portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel) -> None:
         self._portaudio = portaudio
         self._device = device_index
         self.sample_rate = sample_rate
@@ -75,6 +79,7 @@ class Speaker:
         self._frames = 0
         self._fed = 0
         self._interrupted = False
+        self.ended_at: float | None = None
         self.underflows = 0
         """Writes during which the device ran dry (synthesis slower than speech: a gap was heard)."""
         self.error: BaseException | None = None
@@ -118,7 +123,7 @@ class Speaker:
                 )
         if self.error is not None:
             raise self.error
-        return Played(self._frames, self.sample_rate, self.first_audio_at, self._interrupted)
+        return Played(self._frames, self.sample_rate, self.first_audio_at, self._interrupted, self.ended_at)
 
     def abandon(self) -> None:
         """Stop playing now (the caller failed): the writer aborts the stream and lets go of the device."""
@@ -153,6 +158,8 @@ class Speaker:
         finally:
             if stream is not None:
                 _close_now(stream)
+            if self.ended_at is None:
+                self.ended_at = time.monotonic()
             self._done.set()
             self._portaudio.release()
 
@@ -197,11 +204,12 @@ class Speaker:
             if self._stopping():
                 return
             time.sleep(0.01)
-        stream.stop()
+        stream.stop()  # returns once the buffer has played out: the speech has left the device
+        self.ended_at = time.monotonic()
 
 
 @contextmanager
-def speaker(portaudio: threading.Lock, device_index: int, sample_rate: int, stop: Cancel) -> Iterator[Speaker]:
+def speaker(portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel) -> Iterator[Speaker]:
     """An open Speaker; left early (an error, a cancel), it stops playing at once and frees the device."""
     out = Speaker(portaudio, device_index, sample_rate, stop)
     out.open()

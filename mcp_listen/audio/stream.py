@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mcp_listen.audio.portaudio_lock import StreamLock
 from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
 from mcp_listen.errors import Cancelled, CaptureError
 
@@ -41,7 +42,7 @@ class AudioThread:
     it only when its stream is closed; a stream opened after the caller walked away is closed at once.
     """
 
-    def __init__(self, portaudio: threading.Lock, find_device: Callable[[], Any], blocks: queue.SimpleQueue) -> None:
+    def __init__(self, portaudio: StreamLock, find_device: Callable[[], Any], blocks: queue.SimpleQueue) -> None:
         self._portaudio = portaudio
         self._find_device = find_device
         self._blocks = blocks
@@ -52,6 +53,8 @@ class AudioThread:
         self._guard = threading.Lock()
         self.device: Any = None
         self.resampler: Any = None
+        self.latency_s = 0.0
+        """The open stream's input latency as PortAudio reports it."""
         self.error: BaseException | None = None
 
     def start(self) -> None:
@@ -68,6 +71,7 @@ class AudioThread:
                 self.device = self._find_device()
                 stream, self.resampler = _open_stream(self.device.index, self._blocks)
                 stream.start()
+                self.latency_s = float(stream.latency)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
                 self.error = exc
             with self._guard:

@@ -120,6 +120,8 @@ ACCEPTED = {
     "characters, no control characters; empty means the default)",
     "speed": f"a number from {MIN_SPEED:g} to {MAX_SPEED:g} (1 is the voice's own pace)",
     "wait": "a boolean",
+    "output_device": "a non-negative integer index or a non-empty string id (or device name) from "
+    'list_audio_devices with kind "output"',
 }
 """What each argument accepts, as error messages and the config check say it."""
 

@@ -220,22 +220,25 @@ VoiceName = Annotated[
     Optional[Annotated[StrictStr, Field(min_length=1, max_length=MAX_VOICE_CHARS), _NAME]], _DEFAULT_IF_EMPTY
 ]
 Speed = Annotated[float, Field(strict=True, ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)]
+SpeakableText = Annotated[StrictStr, Field(min_length=1, max_length=MAX_SPEAK_CHARS), AfterValidator(_speakable)]
+_VOICE = Field(
+    default=None,
+    description="Piper voice: a name such as en_US-lessac-medium, a file name or a path (in the voices folders, "
+    "MCP_LISTEN_VOICES_PATH). Default {voice}.",
+)
+_SPEED = Field(
+    default=None,
+    description="Speaking rate, {min_speed}-{max_speed}: 2 says it in half the time, 0.5 in twice. Default 1.",
+)
 
 
 class SpeakArgs(_Args):
-    text: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SPEAK_CHARS), AfterValidator(_speakable)] = Field(
+    text: SpeakableText = Field(
         description="What to say, 1-{max_speak_chars} characters (newlines and tabs allowed, no other control "
         "characters)."
     )
-    voice: VoiceName = Field(
-        default=None,
-        description="Piper voice: a name such as en_US-lessac-medium, a file name or a path (in the voices folders, "
-        "MCP_LISTEN_VOICES_PATH). Default {voice}.",
-    )
-    speed: Optional[Speed] = Field(
-        default=None,
-        description="Speaking rate, {min_speed}-{max_speed}: 2 says it in half the time, 0.5 in twice. Default 1.",
-    )
+    voice: VoiceName = _VOICE
+    speed: Optional[Speed] = _SPEED
     device: Optional[DeviceRef] = Field(
         default=None,
         description='Device to play on: the stable `id` from list_audio_devices with kind "output" (preferred), '
@@ -245,6 +248,24 @@ class SpeakArgs(_Args):
         default=None,
         description="true (the default): return once the speech has been played. false: return as soon as it "
         "starts playing and play the rest in the background (get_status then shows `speaking: true`).",
+    )
+
+
+class ConverseArgs(TranscribeArgs):
+    """speak_text's arguments (its `device` is `output_device` here) and every transcribe_voice argument."""
+
+    ACCEPTED_HERE: ClassVar[dict[str, str]] = TranscribeArgs.ACCEPTED_HERE
+
+    text: SpeakableText = Field(
+        description="What to say before listening, 1-{max_speak_chars} characters (newlines and tabs allowed, no "
+        "other control characters). Keep it short: the user answers when it ends."
+    )
+    voice: VoiceName = _VOICE
+    speed: Optional[Speed] = _SPEED
+    output_device: Optional[DeviceRef] = Field(
+        default=None,
+        description='Device to speak on: the stable `id` from list_audio_devices with kind "output" (preferred), '
+        "its integer `index`, or its name. Default: the system default output. `device` is the microphone.",
     )
 
 
@@ -313,6 +334,22 @@ class VoiceQueryResult(_Result):
     stopped_by: Optional[StoppedBy] = None
     message: Optional[str] = None
     warning: Optional[str] = None
+
+
+class SpokenPart(_Result):
+    voice: str
+    """The Piper voice that spoke (its name)."""
+    duration_ms: int
+    """Length of the speech played before listening began."""
+    first_audio_ms: Optional[int]
+    """From the call's arrival to the first samples handed to the sound device; null if none were."""
+    interrupted: bool
+    """True when the speech was cut short."""
+
+
+class ConverseResult(TranscribeResult):
+    spoken: SpokenPart
+    """What the agent said first; the other fields are transcribe_voice's, for the user's answer."""
 
 
 class StatusResult(_Result):

@@ -13,7 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from mcp_listen.contract.models import CaptureResult, SpeakResult, StatusResult, TranscribeResult, VoiceQueryResult
+from mcp_listen.contract.models import (
+    CaptureResult,
+    ConverseResult,
+    SpeakResult,
+    SpokenPart,
+    StatusResult,
+    TranscribeResult,
+    VoiceQueryResult,
+)
 
 NO_SPEECH_MESSAGE = "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
 NO_WORDS_MESSAGE = (
@@ -123,6 +131,16 @@ class Spoken:
     interrupted: bool = False
 
 
+@dataclass(frozen=True)
+class Conversed:
+    answer: Transcribed
+    """The user's answer, heard once the speech was over."""
+    spoken: Spoken
+    """What was said first (its duration_ms is never None: converse waits for the speech to end)."""
+    listening_after_s: float | None = None
+    """From the last sample leaving the speaker to the microphone taken as the user's (not on the wire)."""
+
+
 class Tools(Protocol):
     """What an adapter needs of an engine (engine.Engine)."""
 
@@ -139,10 +157,14 @@ class Tools(Protocol):
 
     def speak(self, args: Any, *, stop: Any = None, received: float | None = None) -> Spoken: ...
 
+    def converse(
+        self, args: Any, *, stop: Any = None, progress: Progress | None = None, received: float | None = None
+    ) -> Conversed: ...
+
     def status(self) -> Status: ...
 
 
-def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken) -> dict[str, Any]:
+def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken | Conversed) -> dict[str, Any]:
     """The contract's result dict: exactly the fields the tool's result carries, nulls included."""
     if isinstance(result, Devices):
         return {"devices": [device.public() for device in result.devices]}
@@ -170,6 +192,8 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken) 
         return StatusResult(**status).public()
     if isinstance(result, Spoken):
         return SpeakResult(**vars(result)).public()
+    if isinstance(result, Conversed):
+        return ConverseResult(**wire(result.answer), spoken=SpokenPart(**vars(result.spoken))).public()
     raise TypeError(f"not an engine result: {type(result).__name__}")
 
 

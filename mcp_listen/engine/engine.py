@@ -19,18 +19,36 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from mcp_listen.audio import devices as device_list
 from mcp_listen.audio import recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
-from mcp_listen.audio.speaker import speaker
+from mcp_listen.audio.speaker import Played, speaker
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, DEFAULT_SPEED
-from mcp_listen.contract.models import CHANNELS, SAMPLE_RATE, CaptureArgs, SpeakArgs, TranscribeArgs, VoiceQueryArgs
-from mcp_listen.contract.results import Answered, AnyOf, Cancel, Captured, Devices, Spoken, Status, Transcribed
+from mcp_listen.contract.models import (
+    CHANNELS,
+    SAMPLE_RATE,
+    CaptureArgs,
+    ConverseArgs,
+    SpeakArgs,
+    TranscribeArgs,
+    VoiceQueryArgs,
+)
+from mcp_listen.contract.results import (
+    Answered,
+    AnyOf,
+    Cancel,
+    Captured,
+    Conversed,
+    Devices,
+    Spoken,
+    Status,
+    Transcribed,
+)
 from mcp_listen.engine import memory
 from mcp_listen.engine.parts import (
     Asking,
@@ -42,8 +60,10 @@ from mcp_listen.engine.parts import (
     Speakers,
     Speaking,
     Whisper,
+    WhisperSession,
 )
 from mcp_listen.engine.playback import Playback
+from mcp_listen.engine.turn import SpeechFirst
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
@@ -97,7 +117,7 @@ class Engine:
         model = str(loaded) if loaded else None
         if claim is None:
             return Status(recording=False, whisper_model_loaded=model)
-        speaking = claim.tool == "speak_text"
+        speaking = claim.speaking
         return Status(not speaking, claim.tool, claim.elapsed_ms, claim.device, model, speaking=speaking)
 
     # ------------------------------------------------------------------ capture_audio
@@ -165,21 +185,33 @@ class Engine:
         meter: Meter | None = None,
         phrases: PhraseWorker | None = None,
         on_speech: Callable[[], None] | None = None,
+        speech_first: SpeechFirst | None = None,
     ) -> Heard:
         """Record per `plan` on the claimed microphone, one window at a time, until the listener
         says stop (the VAD decides, with stop_on_silence) or the ceiling is reached.
 
         `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
-        model loads while the user talks, and never when nobody speaks).
+        model loads while the user talks, and never when nobody speaks). With `speech_first`
+        (converse) the agent speaks into the open microphone first, and listening begins after.
         """
         listener = Listener(plan, progress, meter, phrases, on_speech, vad=self.vad)
         tape = Tape(plan.max_frames)
         reason = None
-        with self.recorder.open(lambda: self.devices.resolve(plan.device), stop=stop) as microphone:
+        find = lambda: self.devices.resolve(plan.device)  # noqa: E731
+        with self.recorder.open(find, stop=stop, beside_speaker=speech_first is not None) as microphone:
             claim.device = name = microphone.device.name
-            if progress:
-                progress(0, plan.max_ms, f"Listening on {name} (up to {plan.max_ms / 1000:g} s)")
-            for window in microphone:
+
+            def listening() -> None:
+                claim.device, claim.speaking = name, False
+                if progress:
+                    progress(0, plan.max_ms, f"Listening on {name} (up to {plan.max_ms / 1000:g} s)")
+
+            if speech_first is None:
+                listening()
+                windows: Iterator[Any] = iter(microphone)
+            else:
+                windows = speech_first.windows(microphone, listening)
+            for window in windows:
                 if tape.add(window):  # wholly under the ceiling: heard
                     reason = listener.on_window(window)
                 if phrases is not None:  # no WAV is written: only the speech still to transcribe is kept
@@ -210,12 +242,8 @@ class Engine:
         whisper loads once speech is heard.
         """
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
-        model_path = self.whisper.resolve(args.whisper_model)
-        language, translate = self.language(args), bool(args.translate)
-        self.whisper.check_language(model_path, language, translate)
         cancel = _linked(stop, self.shutdown)
-        session = self.whisper.open_session(model_path, translate=translate, cancel=cancel)
-        worker = PhraseWorker(session.transcribe, language, session.detect)
+        session, worker = self._whisper_for(args, cancel)
         try:
             with self.recorder.claimed(tool, stop=cancel) as claim:
                 if before_recording is not None:  # under the claim: one call at a time gets this far
@@ -225,6 +253,15 @@ class Engine:
             worker.abandon()
             raise
         return self._words_of(heard, worker, plan, progress)
+
+    def _whisper_for(self, args: TranscribeArgs, cancel: Cancel) -> tuple[WhisperSession, PhraseWorker]:
+        """The utterance's whisper session and phrase worker; the model and language are checked
+        here, before anything opens."""
+        model_path = self.whisper.resolve(args.whisper_model)
+        language, translate = self.language(args), bool(args.translate)
+        self.whisper.check_language(model_path, language, translate)
+        session = self.whisper.open_session(model_path, translate=translate, cancel=cancel)
+        return session, PhraseWorker(session.transcribe, language, session.detect)
 
     def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Transcribed:
         from mcp_listen.whisper.text import usable_text
@@ -293,7 +330,7 @@ class Engine:
         speed = args.speed if args.speed is not None else DEFAULT_SPEED
         cancel = _linked(stop, self.shutdown)
         claim = self.recorder.claim("speak_text", stop=cancel)
-        claim.device = device.name
+        claim.device, claim.speaking = device.name, True
         playback = Playback(self.voices, self.speakers, self.recorder.portaudio, voice, device.index, cancel)
         if args.wait is False:
             try:
@@ -307,6 +344,55 @@ class Engine:
         finally:
             self.recorder.release(claim)
         return Spoken(voice.name, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
+
+    # ------------------------------------------------------------------ converse
+
+    def converse(
+        self,
+        args: ConverseArgs,
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress | None = None,
+        received: float | None = None,
+    ) -> Conversed:
+        """Say `args.text`, then hear the user's answer, in one claim of the sound devices.
+
+        Everything is checked before anything opens: the voice, the output device, the whisper
+        model and language. The microphone opens first and hears the speech through; the turn
+        (engine/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
+        """
+        received = time.monotonic() if received is None else received
+        voice = self.voices.find(args.voice or self.settings.defaults.voice)
+        output = self.devices.resolve_output(args.output_device)
+        plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
+        cancel = _linked(stop, self.shutdown)
+        session, worker = self._whisper_for(args, cancel)
+        portaudio = self.recorder.portaudio.shared
+        playback = Playback(self.voices, self.speakers, portaudio, voice, output.index, cancel)
+        turn = SpeechFirst(playback, args.text, args.speed if args.speed is not None else DEFAULT_SPEED)
+        try:
+            with self.recorder.claimed("converse", stop=cancel) as claim:
+                claim.speaking = True
+                if progress:
+                    progress(0, None, f"Speaking on {output.name}")
+                heard = self._listen(
+                    plan, claim, cancel, progress, phrases=worker, on_speech=session.preload, speech_first=turn
+                )
+        except BaseException:
+            worker.abandon()
+            raise
+        finally:
+            turn.close()
+        words = self._words_of(heard, worker, plan, progress)
+        return Conversed(words, _spoken(voice.name, playback.played, received), turn.listening_after_s)
+
+
+def _spoken(voice: str, played: Played | None, received: float) -> Spoken:
+    """What converse said: listening began once its speech ended, so `played` is there but for a
+    speech that never reached a device (nothing to say after cleaning the text)."""
+    if played is None:
+        return Spoken(voice, 0, None, interrupted=False)
+    return Spoken(voice, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
 
 
 def _ms_between(start: float, end: float | None) -> int | None:

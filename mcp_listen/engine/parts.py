@@ -21,6 +21,7 @@ from mcp_listen.errors import TranscriptionError
 
 if TYPE_CHECKING:
     from mcp_listen.audio.microphone import Claim
+    from mcp_listen.audio.portaudio_lock import PortAudioLock, StreamLock
     from mcp_listen.audio.speaker import Speaker
     from mcp_listen.voice.check import VoiceInfo
 
@@ -31,6 +32,7 @@ class WindowSource(Protocol):
     """An open microphone (audio.microphone.Microphone): 512-sample int16 windows at 16 kHz, pulled."""
 
     device: Any
+    latency_s: float
 
     def __iter__(self) -> Iterator[Any]: ...
 
@@ -38,7 +40,7 @@ class WindowSource(Protocol):
 class Microphones(Protocol):
     """The one-recording claim and the open microphone (audio.microphone.Recorder)."""
 
-    portaudio: Any
+    portaudio: PortAudioLock
 
     @property
     def active(self) -> Claim | None: ...
@@ -50,7 +52,7 @@ class Microphones(Protocol):
     def release(self, claim: Claim) -> None: ...
 
     def open(
-        self, find_device: Callable[[], Any] | None = None, *, stop: Any = None
+        self, find_device: Callable[[], Any] | None = None, *, stop: Any = None, beside_speaker: bool = False
     ) -> AbstractContextManager[WindowSource]: ...
 
 
@@ -80,7 +82,7 @@ class Speakers(Protocol):
     """Opening the output stream (audio.speaker.speaker): PortAudio's lock, the device, the voice's rate."""
 
     def __call__(
-        self, portaudio: Any, device_index: int, sample_rate: int, stop: Cancel
+        self, portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel
     ) -> AbstractContextManager[Speaker]: ...
 
 

@@ -1,5 +1,6 @@
-"""One speak_text's playing: Piper's sentences fed to the speaker as they come, in the caller's
-thread (wait: true) or a background one that holds the device until the speech ends (wait: false).
+"""One speech's playing: Piper's sentences fed to the speaker as they come, in the caller's thread
+(speak_text, wait: true) or a thread of its own (`start`): speak_text with wait: false, which holds
+the device until the speech ends, and converse, which listens meanwhile (engine/turn.py).
 
 Synthesis runs here while the speaker's writer thread plays what came before: the first, short
 piece (voice/pieces.py) sounds while the next sentence is being synthesised.
@@ -10,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from mcp_listen.contract.results import Cancel
+from mcp_listen.contract.results import AnyOf, Cancel
 
 if TYPE_CHECKING:
+    from mcp_listen.audio.portaudio_lock import StreamLock
     from mcp_listen.audio.speaker import Played, Speaker
     from mcp_listen.engine.parts import Speakers, Speaking
     from mcp_listen.voice.check import VoiceInfo
@@ -29,7 +31,7 @@ class Playback:
         self,
         voices: Speaking,
         speakers: Speakers,
-        portaudio: Any,
+        portaudio: StreamLock,
         voice: VoiceInfo,
         device_index: int,
         cancel: Cancel,
@@ -39,10 +41,14 @@ class Playback:
         self._portaudio = portaudio
         self.voice = voice
         self._device = device_index
-        self._cancel = cancel
+        self._halt = threading.Event()
+        self._cancel = AnyOf(cancel, self._halt)
         self._speaker: Speaker | None = None
-        self._ended = threading.Event()
-        self._error: BaseException | None = None
+        self.ended = threading.Event()
+        """Set once the speech is over: played out, cut short, or failed (`error`)."""
+        self.error: BaseException | None = None
+        self.played: Played | None = None
+        """What reached the device, once it ended without an error."""
 
     def run(self, text: str, speed: float) -> Played:
         """Synthesise and play it all; returns what reached the device (interrupted on a cancel)."""
@@ -52,32 +58,44 @@ class Playback:
                 self._speaker = out
                 for samples in self._voices.synthesize(self.voice, text, speed, self._cancel):
                     out.feed(samples)
-                return out.finish()
+                self.played = out.finish()
+                return self.played
         except BaseException as exc:
-            self._error = exc
+            self.error = exc
             raise
         finally:
-            self._ended.set()
+            self.ended.set()
+
+    def start(self, text: str, speed: float, then: Callable[[], None] | None = None) -> None:
+        """Play in a thread of its own, which calls `then` when done; `ended`, `error` and `played`
+        say how it went (no caller is left to raise to)."""
+
+        def play() -> None:
+            try:
+                self.run(text, speed)
+            except BaseException as exc:  # noqa: BLE001 - kept in `error` for whoever waits on it
+                log.info("speech ended early: %s", type(exc).__name__)
+            finally:
+                if then is not None:
+                    then()
+
+        threading.Thread(target=play, name="mcp-listen-speak", daemon=True).start()
+
+    def stop(self, wait_s: float) -> None:
+        """Stop the speech now (the call it belongs to is over) and wait, bounded, until it let go."""
+        self._halt.set()
+        self.ended.wait(wait_s)
 
     def in_background(self, text: str, speed: float, release: Callable[[], None]) -> float | None:
         """Play in a thread of its own, which calls `release` (the device claim) when done; return
         once the first sound is playing, with its time.monotonic(). What fails before that
         (the device, the voice) is raised here, to the caller."""
-
-        def play() -> None:
-            try:
-                self.run(text, speed)
-            except BaseException as exc:  # noqa: BLE001 - no caller is left to tell; the log says it
-                log.info("background speech ended early: %s", type(exc).__name__)
-            finally:
-                release()
-
-        threading.Thread(target=play, name="mcp-listen-speak", daemon=True).start()
-        while not self._ended.wait(0.01):
+        self.start(text, speed, then=release)
+        while not self.ended.wait(0.01):
             speaker = self._speaker
             if speaker is not None and speaker.first_audio.is_set():
                 return speaker.first_audio_at
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
         speaker = self._speaker
         return speaker.first_audio_at if speaker is not None else None

@@ -19,12 +19,14 @@ from typing import Any
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.exceptions import MCPError
 
 from mcp_listen import package_version
 from mcp_listen.contract import models as contracts
 from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
 from mcp_listen.contract.results import Tools, wire
 from mcp_listen.errors import Cancelled, ListenError
+from mcp_listen.server import prompts
 from mcp_listen.server.calls import Call, InFlight
 from mcp_listen.server.ledger import Ledger, LedgerReads, LedgerWrites, MessageKinds
 from mcp_listen.voice import synth
@@ -42,6 +44,11 @@ INSTRUCTIONS = (
     "answer the spoken question. Only one recording runs at a time; get_status shows it. An error result's "
     "first text says what went wrong and what to do; its second is JSON whose error.code is stable."
 )
+SPEAKING_INSTRUCTIONS = (
+    " It also has a voice: speak_text says something aloud, and converse says something and then hears the "
+    "user's answer in one call (use it for each turn of a spoken conversation; keep what you say short)."
+)
+"""Added to INSTRUCTIONS where Piper is installed (the tools it names are listed only then)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,12 @@ async def _voice_query(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
 async def _speak(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
     received = time.monotonic()
     return wire(await call.in_thread(lambda: engine.speak(args, stop=call.stop, received=received)))
+
+
+async def _converse(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    received = time.monotonic()
+    converse = lambda: engine.converse(args, stop=call.stop, progress=call.progress, received=received)  # noqa: E731
+    return wire(await call.in_thread(converse))
 
 
 async def _status(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
@@ -168,8 +181,8 @@ TOOLS = [
             "Say `text` aloud on this machine's speaker with a local Piper voice (voice {voice} unless `voice` is "
             "given; nothing leaves the machine). Returns when it has been said (`duration_ms`, `first_audio_ms`), "
             "or with wait: false as soon as it starts, playing on in the background. The speaker and the "
-            "microphone are one device here: while speech plays, capture_audio, transcribe_voice, voice_query "
-            "and a second speak_text are refused with `busy` (get_status shows `speaking: true`). A missing "
+            "microphone are one device here: while speech plays, capture_audio, transcribe_voice, voice_query, "
+            "converse and a second speak_text are refused with `busy` (get_status shows `speaking: true`). A missing "
             "voice is `voice_not_found`, naming the `mcp-listen voices pull` command that fetches it."
         ),
         args=contracts.SpeakArgs,
@@ -178,12 +191,31 @@ TOOLS = [
         run=_speak,
     ),
     ToolSpec(
+        name="converse",
+        title="Say something, then hear the answer",
+        description=(
+            "One turn of a spoken conversation: say `text` aloud (a local Piper voice, {voice} unless `voice` is "
+            "given), then listen for the user's answer and return it transcribed on this machine (whisper.cpp, "
+            "model {whisper_model}), exactly as transcribe_voice does: `transcription`, `speech_detected`, "
+            "`stopped_by`, plus `spoken` (what was said: `voice`, `duration_ms`, `first_audio_ms`, "
+            "`interrupted`). The microphone never takes your own voice for the user's: what it hears while you "
+            "speak, and until the sound has left the speaker, is dropped; listening starts right after. Keep "
+            "`text` short (a sentence or two) and end it so the user knows it is their turn. `device` is the "
+            "microphone, `output_device` the speaker. Nothing leaves the machine; no audio file is kept."
+        ),
+        args=contracts.ConverseArgs,
+        result=contracts.ConverseResult,
+        annotations=ACTS,
+        run=_converse,
+    ),
+    ToolSpec(
         name="get_status",
         title="Microphone status",
         description=(
             "What the microphone is doing now: whether a recording is in progress, for which tool, for how "
             "long and on which device, and which whisper model is loaded. Answers even during a recording. "
-            "While speak_text plays, `recording` is false, `tool` is speak_text and `speaking` is true."
+            "While speech plays (speak_text, or converse before it listens), `recording` is false and `speaking` "
+            "is true."
         ),
         args=contracts.GetStatusArgs,
         result=contracts.StatusResult,
@@ -193,13 +225,36 @@ TOOLS = [
 ]
 
 
-SPEAKS = "speak_text"
+SPEAKS = frozenset({"speak_text", "converse"})
 """Listed only where Piper (the extra `speak`) is installed."""
 
 
 def listed_specs() -> list[ToolSpec]:
-    """The tools this installation serves: speak_text only when piper can be imported (not imported here)."""
-    return [spec for spec in TOOLS if spec.name != SPEAKS or synth.available()]
+    """The tools this installation serves: the speaking ones only when piper can be imported (not imported here)."""
+    return [spec for spec in TOOLS if spec.name not in SPEAKS or synth.available()]
+
+
+def listed_prompts() -> list[prompts.PromptSpec]:
+    """The prompts this installation offers: `talk` only where converse is listed."""
+    return [spec for spec in prompts.PROMPTS if not spec.speaks or synth.available()]
+
+
+def _prompt(spec: prompts.PromptSpec) -> types.Prompt:
+    argument = types.PromptArgument(name=spec.argument, description=spec.argument_description, required=False)
+    return types.Prompt(name=spec.name, title=spec.title, description=spec.description, arguments=[argument])
+
+
+def _get_prompt(served: list[prompts.PromptSpec], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    """The prompt's opening message, or INVALID_PARAMS naming what is wrong (an unknown name, a bad argument)."""
+    try:
+        spec = prompts.find(params.name)
+        if spec not in served:
+            raise ListenError(f"The prompt '{spec.name}' needs the speak extra: pipx install 'mcp-listen[speak]'.")
+        text = spec.text((params.arguments or {}).get(spec.argument))
+    except ListenError as exc:
+        raise MCPError(types.INVALID_PARAMS, exc.message) from None
+    message = types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+    return types.GetPromptResult(description=spec.description, messages=[message])
 
 
 def _text(value: Any) -> list[types.ContentBlock]:
@@ -220,14 +275,23 @@ def error_result(exc: ListenError) -> types.CallToolResult:
 
 
 def build_server(engine: Tools) -> Server:
-    """The MCP server with its tools (five, six with Piper) bound to `engine` (engine.Engine, or a fake in tests)."""
+    """The MCP server with its tools (five, seven with Piper) and prompts bound to `engine` (engine.Engine, or a
+    fake in tests)."""
     served = listed_specs()
+    offered = listed_prompts()
+    prompt_list = types.ListPromptsResult(prompts=[_prompt(spec) for spec in offered])
     specs = {spec.name: spec for spec in served}
     listed = types.ListToolsResult(tools=[spec.as_tool(engine.settings.defaults) for spec in served])
     in_flight = InFlight(coerce_request_id)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return listed
+
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return prompt_list
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        return _get_prompt(offered, params)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = specs.get(params.name)
@@ -256,9 +320,11 @@ def build_server(engine: Tools) -> Server:
         "mcp-listen",
         version=package_version(),
         title="mcp-listen",
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS + (SPEAKING_INSTRUCTIONS if SPEAKS & set(specs) else ""),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
     server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, in_flight.cancelled)
     return server

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 from fake_ollama import refused_url
-from rpc import RawServer, error_payload, mcp_client, server_env
+from rpc import ALL_TOOLS, RawServer, error_payload, mcp_client, server_env
 from speech_checks import QUESTION, call_while_playing, spoken, wer
 
 pytestmark = pytest.mark.anyio
@@ -79,15 +79,9 @@ async def test_a_misconfigured_server_starts_and_every_tool_says_what_to_fix(vmi
     env = base_env(vmic, tmp_path, MCP_LISTEN_SILENCE_MS="soon", OLLAMA_HOST="ftp://nowhere")
     with RawServer(env, stderr_path=stderr) as server:
         assert "result" in server.initialize()
-        assert len(server.call("tools/list")["result"]["tools"]) == 6
-        for name in (
-            "list_audio_devices",
-            "capture_audio",
-            "transcribe_voice",
-            "voice_query",
-            "speak_text",
-            "get_status",
-        ):
+        listed = server.call("tools/list")["result"]["tools"]
+        assert tuple(t["name"] for t in listed) == ALL_TOOLS
+        for name in ALL_TOOLS:
             reply = server.call("tools/call", {"name": name, "arguments": {}})["result"]
             assert reply["isError"] is True
             text = " ".join(block["text"] for block in reply["content"])

@@ -10,12 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
-from rpc import RawServer, error_of, server_env, tool_call
+from rpc import ALL_TOOLS, LISTENING_TOOLS, RawServer, error_of, server_env, tool_call
 
 LATIN1_NAME = b"caf\xe9"
 """A folder named in a latin-1 locale: valid on Linux, not UTF-8."""
-
-TOOLS = ("list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status")
 
 
 def _not_utf8(folder: Path) -> str:
@@ -44,8 +42,8 @@ def test_a_value_that_is_not_utf8_never_kills_the_session(tmp_path, name):
     with RawServer(env) as server:
         assert "result" in server.initialize()
         listed = server.call("tools/list")["result"]["tools"]
-        assert len(listed) == 6  # the five listening tools and speak_text (Piper is in the test extra)
-        for tool in TOOLS:
+        assert tuple(t["name"] for t in listed) == ALL_TOOLS
+        for tool in LISTENING_TOOLS:
             reply = server.call("tools/call", {"name": tool, "arguments": {}})["result"]
             error = error_of(reply)["error"]
             assert error["code"] == "invalid_config" and "UTF-8" in error["message"], error

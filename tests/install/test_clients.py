@@ -27,7 +27,7 @@ from typing import Any
 import audio_assets
 import pytest
 from fake_ollama import refused_url
-from rpc import SERVER_CMD, server_env
+from rpc import ALL_TOOLS, SERVER_CMD, server_env
 
 pytestmark = pytest.mark.slow
 
@@ -271,14 +271,7 @@ def test_client_sees_every_outcome(client, case_name, node_clients, vmic, ollama
     clip = audio_assets.speech(QUESTION) if case.speech else None
     outcome = call(client, case.tool, case.args(model_path), env, tmp_path, vmic=vmic, clip=clip)
     if "tools" in outcome:
-        assert set(outcome["tools"]) == {
-            "list_audio_devices",
-            "capture_audio",
-            "transcribe_voice",
-            "voice_query",
-            "speak_text",
-            "get_status",
-        }
+        assert set(outcome["tools"]) == set(ALL_TOOLS)
     if case.code is None:
         data = _assert_success(outcome, case)
         if case.speech:

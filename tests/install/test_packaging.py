@@ -290,9 +290,7 @@ def test_installed_console_script_serves_mcp(installed, work, vmic, monkeypatch)
         )
     info = reply["result"]["serverInfo"]
     assert (info["name"], info["version"]) == ("mcp-listen", __version__)
-    assert {t["name"] for t in listed["result"]["tools"]} == {
-        "list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status",
-    }  # fmt: skip
+    assert tuple(t["name"] for t in listed["result"]["tools"]) == rpc.LISTENING_TOOLS
     assert devices["result"]["structuredContent"]["devices"]
     result = capture["result"]
     assert not result.get("isError"), result

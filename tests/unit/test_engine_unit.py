@@ -72,7 +72,9 @@ class ScriptedRecorder(Recorder):
         self.on_first, self.mics, self.log = on_first, [], []
 
     @contextmanager
-    def open(self, find_device: Any = None, *, device_index: Any = None, stop: Any = None):
+    def open(
+        self, find_device: Any = None, *, device_index: Any = None, stop: Any = None, beside_speaker: bool = False
+    ):
         self.log.append(("open", self.active.tool, self.active.device))
         mic = ScriptedMic(find_device(), self.windows, self.on_first)
         self.mics.append(mic)

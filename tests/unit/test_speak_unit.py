@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from rpc import ALL_TOOLS, LISTENING_TOOLS
 
 from mcp_listen.config import Settings, load_settings
 from mcp_listen.contract import models as contracts
@@ -170,17 +171,9 @@ def test_speak_text_is_listed_only_where_piper_can_be_imported(monkeypatch):
         return None if name == "piper" else real(name, *args, **kw)
 
     monkeypatch.setattr(importlib.util, "find_spec", without_piper)
-    assert "speak_text" not in _tool_names()
-    assert _tool_names() == ["list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "get_status"]
+    assert _tool_names() == list(LISTENING_TOOLS)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: object() if name == "piper" else real(name))
-    assert _tool_names() == [
-        "list_audio_devices",
-        "capture_audio",
-        "transcribe_voice",
-        "voice_query",
-        "speak_text",
-        "get_status",
-    ]
+    assert _tool_names() == list(ALL_TOOLS)
 
 
 def test_listing_imports_no_piper():
