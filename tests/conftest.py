@@ -133,6 +133,20 @@ def piper_voice() -> Path:
     return _made_asset("voice", ASSETS / "voices") / "en_US-joe-medium.onnx"
 
 
+@pytest.fixture
+def speak_env(vmic: VirtualMic, tmp_path: Path, piper_voice: Path) -> dict[str, str]:
+    """A server's environment with the test voice as the default voice (speaker_rig.py: the rig)."""
+    from rpc import server_env
+
+    return server_env(
+        vmic.env,
+        HOME=str(tmp_path),
+        MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
+        MCP_LISTEN_VOICES_PATH=str(piper_voice.parent),
+        MCP_LISTEN_VOICE="en_US-joe-medium",
+    )
+
+
 # =============================================================================================
 # Markers: what a test needs, derived from the fixtures it uses (pyproject.toml lists them)
 # =============================================================================================

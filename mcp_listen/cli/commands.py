@@ -31,9 +31,10 @@ def tool_args(opts: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]
         value = getattr(opts, name, None)
         if value is not None:
             raw[name] = value
-    device = raw.get("device")
-    if isinstance(device, str) and device.isdigit():
-        raw["device"] = int(device)
+    for name in ("device", "output_device"):
+        device = raw.get(name)
+        if isinstance(device, str) and device.isdigit():
+            raw[name] = int(device)
     return raw
 
 
@@ -101,6 +102,25 @@ def query(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "model", "prompt")
     args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
     return _voice_command(lambda say: Engine(settings).voice_query(args, progress=say))
+
+
+def converse(opts: argparse.Namespace, settings: Settings) -> int:
+    """converse from a terminal: speak, then listen; how soon after the speech the microphone was
+    taken as the user's goes to stderr with the other progress."""
+    from mcp_listen.voice.synth import PIPER_MISSING, available
+
+    if not available():
+        raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
+    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "text", "voice", "speed", "output_device")
+    args = contracts.parse_args(contracts.ConverseArgs, tool_args(opts, fields))
+
+    def turn(say: _Say) -> Any:
+        result = Engine(settings).converse(args, progress=say)
+        if result.listening_after_s is not None:
+            say(0, None, f"(listening began {result.listening_after_s * 1000:.0f} ms after the speech ended)")
+        return result
+
+    return _voice_command(turn)
 
 
 def _voice_command(run: Callable[[_Say], Any]) -> int:

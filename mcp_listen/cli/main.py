@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     _voices(sub)
     _speak(sub)
+    _converse(sub)
     _doctor_and_config(sub)
     return parser
 
@@ -91,6 +92,16 @@ def _speak(sub: Any) -> None:
     speak.add_argument("--voice", help=f"Piper voice name, file name or path (default {limits.DEFAULT_VOICE})")
     speak.add_argument("--speed", type=float, help=f"speaking rate, {limits.MIN_SPEED:g}-{limits.MAX_SPEED:g}")
     speak.add_argument("--device", help="output device id, index or name (see: mcp-listen devices --kind output)")
+
+
+def _converse(sub: Any) -> None:
+    converse = sub.add_parser("converse", help="say a text, then listen for the answer (converse) and print both")
+    converse.add_argument("text")
+    converse.add_argument("--voice", help=f"Piper voice name, file name or path (default {limits.DEFAULT_VOICE})")
+    converse.add_argument("--speed", type=float, help=f"speaking rate, {limits.MIN_SPEED:g}-{limits.MAX_SPEED:g}")
+    converse.add_argument("--output-device", help="speaker id, index or name (see: mcp-listen devices --kind output)")
+    _recording_options(converse, stop_default=True, dictation=True)
+    _whisper_options(converse)
 
 
 def _doctor_and_config(sub: Any) -> None:

@@ -244,7 +244,7 @@ def _prompt(spec: prompts.PromptSpec) -> types.Prompt:
     return types.Prompt(name=spec.name, title=spec.title, description=spec.description, arguments=[argument])
 
 
-def _get_prompt(served: list[prompts.PromptSpec], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+def prompt_result(served: list[prompts.PromptSpec], params: types.GetPromptRequestParams) -> types.GetPromptResult:
     """The prompt's opening message, or INVALID_PARAMS naming what is wrong (an unknown name, a bad argument)."""
     try:
         spec = prompts.find(params.name)
@@ -291,7 +291,7 @@ def build_server(engine: Tools) -> Server:
         return prompt_list
 
     async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        return _get_prompt(offered, params)
+        return prompt_result(offered, params)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = specs.get(params.name)

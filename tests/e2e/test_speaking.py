@@ -6,71 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import anyio
 import numpy as np
 import pytest
-from rpc import error_of, mcp_client, server_env, wire
+from rpc import error_of, mcp_client, wire
+from speaker_rig import FOX, LONG, recording_the_speaker, sound_span_ms, transcribe
 from speech_checks import wer
-from vmic import SOURCE
 
 pytestmark = pytest.mark.anyio
-
-FOX = "The quick brown fox jumps over the lazy dog."
-LONG = " ".join(
-    [
-        "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
-        "Every morning he rowed out past the rocks, and every evening he came home with a basket of fish.",
-        "One day the sea was very calm, and the fisherman rowed further than he had ever gone before.",
-        "There, far from the shore, he cast his net and waited for a long, long time.",
-    ]
-)
-SOUND = 300
-"""A sample louder than this (about -40 dBFS) is sound; the null sink's silence is exact zeros."""
-
-
-@pytest.fixture
-def speak_env(vmic, tmp_path, piper_voice):
-    return server_env(
-        vmic.env,
-        HOME=str(tmp_path),
-        MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
-        MCP_LISTEN_VOICES_PATH=str(piper_voice.parent),
-        MCP_LISTEN_VOICE="en_US-joe-medium",
-    )
-
-
-@contextmanager
-def recording_the_speaker(vmic, into: Path):
-    """parec on the vmic source (the monitor of the sink speak_text plays into), 16 kHz mono s16le,
-    for as long as the block runs; the samples are in `into` afterwards."""
-    with open(into, "wb") as out:
-        parec = subprocess.Popen(
-            ["parec", f"--device={SOURCE}", "--rate=16000", "--channels=1", "--format=s16le", "--raw"],
-            env=vmic.child_env(),
-            stdout=out,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            time.sleep(0.3)  # parec connected before anything plays
-            yield
-            time.sleep(0.3)
-        finally:
-            parec.terminate()
-            parec.wait(timeout=10)
-
-
-def sound_span_ms(samples: np.ndarray) -> int:
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND)
-    return 0 if len(loud) == 0 else round((loud[-1] - loud[0]) * 1000 / 16000)
-
-
-def transcribe(samples: np.ndarray, model_path: Path) -> str:
-    from mcp_listen.whisper.transcriber import Transcriber
-
-    return Transcriber(threads=2).transcribe(samples.astype(np.float32) / 32768, path=model_path)
 
 
 async def test_spoken_text_is_heard_as_said(speak_env, vmic, tmp_path, model_path):

@@ -1,0 +1,68 @@
+"""The virtual speaker, for the tests of speech out (speak_text, converse, `mcp-listen say`).
+
+The server plays into the virtual microphone's sink, its default output; the vmic source is that
+sink's monitor, so what a test records from it is what the speaker played — and what the server's
+own microphone hears: the worst echo, the speaker at full level straight into the microphone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from vmic import SOURCE
+
+FOX = "The quick brown fox jumps over the lazy dog."
+LONG = " ".join(
+    [
+        "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
+        "Every morning he rowed out past the rocks, and every evening he came home with a basket of fish.",
+        "One day the sea was very calm, and the fisherman rowed further than he had ever gone before.",
+        "There, far from the shore, he cast his net and waited for a long, long time.",
+    ]
+)
+SOUND = 300
+"""A sample louder than this (about -40 dBFS) is sound; the null sink's silence is exact zeros."""
+VOICE = "en_US-joe-medium"
+
+
+@contextmanager
+def recording_the_speaker(vmic: Any, into: Path) -> Iterator[None]:
+    """parec on the vmic source (the monitor of the sink the server plays into), 16 kHz mono s16le,
+    for as long as the block runs; the samples are in `into` afterwards."""
+    with open(into, "wb") as out:
+        parec = subprocess.Popen(
+            ["parec", f"--device={SOURCE}", "--rate=16000", "--channels=1", "--format=s16le", "--raw"],
+            env=vmic.child_env(),
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(0.3)  # parec connected before anything plays
+            yield
+            time.sleep(0.3)
+        finally:
+            parec.terminate()
+            parec.wait(timeout=10)
+
+
+def sound_span_ms(samples: np.ndarray) -> int:
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND)
+    return 0 if len(loud) == 0 else round((loud[-1] - loud[0]) * 1000 / 16000)
+
+
+def transcribe(samples: np.ndarray, model_path: Path, rate: int = 16000) -> str:
+    """What whisper hears in int16 samples (resampled to 16 kHz when `rate` differs)."""
+    from mcp_listen.whisper.transcriber import Transcriber
+
+    audio = samples.astype(np.float32) / 32768
+    if rate != 16000:
+        import soxr
+
+        audio = soxr.resample(audio, rate, 16000)
+    return Transcriber(threads=2).transcribe(audio, path=model_path)
