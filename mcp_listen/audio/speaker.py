@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 BLOCK_MS = 40
 """One write: the longest the writer goes without looking at the stop event (the brief: <= 50 ms)."""
-STALL_S = 5.0
-"""Beyond the speech's own length, how long the writer may take before the device counts as lost."""
+STALL_S = 2.0
+"""How long one write (or the final drain) may block before the device counts as lost: a write waits
+for room in the device's buffer, BLOCK_MS at a time, and a dead sound server never makes any. Under
+3 s, so a speaker lost at any moment of a speech ends the call within 3 s (as for microphones)."""
 CLOSE_WAIT_S = 1.0
 LATENCY_S = 0.2
 """The device's buffer: room for scheduling jitter while the next sentence is synthesised on a busy
@@ -39,6 +41,10 @@ a cancel nothing: abort drops what is buffered."""
 SPEAKER_UNAVAILABLE = (
     f"The speaker could not be opened within {OPEN_TIMEOUT_S:g} s: the sound system (PulseAudio, PipeWire or the "
     "audio driver) is not responding. Restart it, or reconnect the device, then try again."
+)
+LOST_REMEDY = (
+    'it was unplugged, or the sound server stopped. Reconnect it, then call list_audio_devices with kind "output" '
+    "and try again."
 )
 _END = None
 
@@ -79,6 +85,9 @@ class Speaker:
         self._frames = 0
         self._fed = 0
         self._interrupted = False
+        self._blocked_since: float | None = None
+        self._stalled = False
+        """When the write (or drain) in progress began; None between writes."""
         self.ended_at: float | None = None
         self.underflows = 0
         """Writes during which the device ran dry (synthesis slower than speech: a gap was heard)."""
@@ -106,21 +115,16 @@ class Speaker:
             raise self.error
 
     def feed(self, samples: Any) -> None:
-        """Queue int16 mono samples behind what is already playing."""
+        """Queue int16 mono samples behind what is already playing; raises if the device is gone."""
+        self._raise_if_lost()
         self._fed += len(samples)
         self._queue.put(samples)
 
     def finish(self) -> Played:
         """Wait until everything fed has played (or the stop event cut it short); what was played."""
         self._queue.put(_END)
-        limit = time.monotonic() + self._fed / self.sample_rate + STALL_S
         while not self._done.wait(0.02):
-            if time.monotonic() > limit:
-                self._abandoned.set()
-                raise DeviceLost(
-                    "The speaker stopped taking audio: it was unplugged, or the sound server stopped. "
-                    'Reconnect it, then call list_audio_devices with kind "output" and try again.'
-                )
+            self._raise_if_lost()
         if self.error is not None:
             raise self.error
         return Played(self._frames, self.sample_rate, self.first_audio_at, self._interrupted, self.ended_at)
@@ -129,8 +133,18 @@ class Speaker:
         """Stop playing now (the caller failed): the writer aborts the stream and lets go of the device."""
         self._abandoned.set()
         self._queue.put(_END)
-        if not self._done.wait(CLOSE_WAIT_S):
+        if not self._stalled and not self._done.wait(CLOSE_WAIT_S):
             log.warning("the speaker did not close within %g s; continuing without it", CLOSE_WAIT_S)
+
+    def _raise_if_lost(self) -> None:
+        """A write that failed, or one blocked past STALL_S (a frozen sound server raises nothing)."""
+        if self.error is not None and self._done.is_set():
+            raise self.error
+        since = self._blocked_since
+        if since is not None and time.monotonic() - since > STALL_S:
+            self._stalled = True  # its writer is stuck in PortAudio: nobody waits for it to close
+            self._abandoned.set()
+            raise DeviceLost(f"The speaker stopped taking audio (nothing for {STALL_S:g} s): {LOST_REMEDY}")
 
     def _give_up_if(self, deadline: float) -> None:
         if self._stop.is_set():
@@ -154,7 +168,7 @@ class Speaker:
                 self._drain(stream)
                 log.debug("played %d frames, %d underflow(s)", self._frames, self.underflows)
         except BaseException as exc:  # noqa: BLE001 - a write failing mid-way (device gone)
-            self.error = DeviceLost(f"The speaker failed while playing: {exc}. Reconnect it and try again.")
+            self.error = DeviceLost(f"The speaker failed while playing ({exc}): {LOST_REMEDY}")
         finally:
             if stream is not None:
                 _close_now(stream)
@@ -188,12 +202,20 @@ class Speaker:
             for start in range(0, len(samples), block):
                 if self._stopping():
                     return
-                if stream.write(samples[start : start + block].reshape(-1, 1)) and self._frames:
+                if self._write(stream, samples[start : start + block]) and self._frames:
                     self.underflows += 1
                 if self.first_audio_at is None:
                     self.first_audio_at = time.monotonic()
                     self.first_audio.set()
                 self._frames += min(block, len(samples) - start)
+
+    def _write(self, stream: Any, block: Any) -> bool:
+        """One blocking write, timed for the caller's watchdog; True when the device had run dry."""
+        self._blocked_since = time.monotonic()
+        try:
+            return bool(stream.write(block.reshape(-1, 1)))
+        finally:
+            self._blocked_since = None
 
     def _drain(self, stream: Any) -> None:
         """Let the device play what sits in its buffer (its output latency), still listening for stop."""
@@ -204,8 +226,10 @@ class Speaker:
             if self._stopping():
                 return
             time.sleep(0.01)
+        self._blocked_since = time.monotonic()
         stream.stop()  # returns once the buffer has played out: the speech has left the device
         self.ended_at = time.monotonic()
+        self._blocked_since = None
 
 
 @contextmanager

@@ -146,3 +146,30 @@ def test_nothing_of_piper_loads_before_the_first_speech(speak_env, piper_voice):
     )
     done = subprocess.run([sys.executable, "-c", code], env=speak_env, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "False", "True", "True"], done.stderr
+
+
+@pytest.mark.parametrize("fault", ["sound server gone", "sound server frozen"])
+def test_a_speaker_lost_mid_speech_ends_the_call_with_a_named_error_within_3_s(speak_env, vmic, fault):
+    """The sound server dies (its socket closes) or hangs (SIGSTOP: writes just block) while speak_text
+    plays: the call ends with device_lost within 3 s, and once the server is back speech works again."""
+    try:
+        with wire(speak_env) as w:
+            warm = w.call("speak_text", {"text": "Ready."}, timeout=60)
+            assert not warm.get("isError"), warm
+            request = w.start("speak_text", {"text": LONG})
+            w.until(lambda: (w.status().get("elapsed_ms") or 0) >= 1000, 30, "speech never started")
+            lost = time.monotonic()
+            vmic.stop() if fault == "sound server gone" else vmic.freeze()
+            reply = w.wait(request["id"], timeout=15)["result"]
+            took = time.monotonic() - lost
+            assert error_of(reply)["error"]["code"] == "device_lost", reply
+            assert "list_audio_devices" in error_of(reply)["error"]["message"]
+            assert took <= 3.0, took
+            assert w.status()["tool"] is None
+    finally:
+        vmic.thaw()
+        if not vmic.running:
+            vmic.start()
+    with wire(speak_env) as w:
+        again = w.call("speak_text", {"text": "Hello again."}, timeout=60)
+    assert not again.get("isError"), again
