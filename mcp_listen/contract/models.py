@@ -13,6 +13,7 @@ format) live in contract/limits.py and are re-exported here.
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
@@ -50,6 +51,7 @@ from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers im
     MAX_SPEED,
     MAX_VOICE_CHARS,
     MAX_WHISPER_MODEL_CHARS,
+    MAX_WORD_CHARS,
     MIN_DURATION_MS,
     MIN_SILENCE_MS,
     MIN_SPEED,
@@ -94,7 +96,13 @@ def _speakable(value: str) -> str:
         raise ValueError("control characters")
     if not value.strip():
         raise ValueError("nothing to say")
+    if any(len(word) > MAX_WORD_CHARS for word in _WORD_RUN.findall(value)):
+        raise ValueError("a word too long to say")
     return value
+
+
+_WORD_RUN = re.compile(r"\w+")
+"""What Piper renders as one word: letters and digits of any script, up to a space or punctuation."""
 
 
 _WHOLE = BeforeValidator(_integral_float_to_int)

@@ -4,6 +4,8 @@ Piper synthesises a whole sentence before it hands any audio back, so the time t
 sound is the time to synthesise the first sentence. Cutting a short first piece (up to the
 first clause boundary, or at most MAX_FIRST_WORDS words) bounds that time whatever the text;
 the rest is synthesised sentence by sentence (Piper's own split) while the first piece plays.
+A sentence that runs on without an end is cut too (at its last clause within MAX_RUN_WORDS words,
+else there), so no one piece keeps the speaker silent, or a cancel waiting, for long.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import re
 MAX_FIRST_WORDS = 6
 """The first piece has at most this many words: about a second of speech, synthesised in a fraction of that."""
 _WORD = re.compile(r"\S+")
+MAX_RUN_WORDS = 30
+"""The most words synthesised at once without a sentence end: ~0.5 s of synthesis, well inside the ~8 s
+the words before it take to say."""
 _BOUNDARY = re.compile(r"[,;:.!?][\"')\]}»”’]*$")
 """A word that ends a clause or a sentence: , ; : . ! ? (and any closing quote or bracket after it)."""
+_SENTENCE_END = re.compile(r"[.!?][\"')\]}»”’]*$")
 
 
 def first_piece(text: str) -> tuple[str, str]:
@@ -32,5 +38,25 @@ def first_piece(text: str) -> tuple[str, str]:
 
 
 def pieces(text: str) -> list[str]:
-    """The pieces to synthesise in turn: the short first one, then the rest (Piper splits it into sentences)."""
-    return [piece for piece in first_piece(text) if piece]
+    """The pieces to synthesise in turn: the short first one, then the rest (Piper splits it into
+    sentences), with every run-on sentence cut into runs of at most MAX_RUN_WORDS words."""
+    head, rest = first_piece(text)
+    return [piece for piece in (head, *_runs(rest)) if piece]
+
+
+def _runs(text: str) -> list[str]:
+    words = list(_WORD.finditer(text))
+    cuts: list[int] = []
+    run_start, clause = 0, None
+    for i, word in enumerate(words):
+        if _SENTENCE_END.search(word.group()):
+            run_start, clause = i + 1, None
+            continue
+        if _BOUNDARY.search(word.group()):
+            clause = i
+        if i - run_start + 1 >= MAX_RUN_WORDS:
+            cut = clause if clause is not None else i
+            cuts.append(words[cut].end())
+            run_start, clause = cut + 1, None
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b].strip() for a, b in zip(bounds, bounds[1:], strict=False)]

@@ -11,7 +11,7 @@ import anyio
 import audio_assets
 import numpy as np
 import pytest
-from rpc import LEGACY_VERSIONS, RawServer, error_of, mcp_client, server_env, structured, tool_call
+from rpc import ALL_TOOLS, LEGACY_VERSIONS, RawServer, error_of, mcp_client, server_env, structured, tool_call
 from speech_checks import wait_until_recording
 from vmic import env_no_input_devices, env_without_portaudio
 
@@ -19,8 +19,8 @@ from mcp_listen.contract.models import MAX_PROMPT_CHARS
 
 pytestmark = pytest.mark.anyio
 
-TOOL_NAMES = {"list_audio_devices", "capture_audio", "transcribe_voice", "voice_query", "speak_text", "get_status"}
-"""Piper is in the test extra: speak_text is listed (tests/unit/test_speak_unit.py: only where piper is)."""
+TOOL_NAMES = set(ALL_TOOLS)
+"""Piper is in the test extra: speak_text and converse are listed (tests/unit/test_speak_unit.py: only where piper is)."""
 
 
 @pytest.fixture

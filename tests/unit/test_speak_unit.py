@@ -13,7 +13,7 @@ from rpc import ALL_TOOLS, LISTENING_TOOLS
 
 from mcp_listen.config import Settings, load_settings
 from mcp_listen.contract import models as contracts
-from mcp_listen.contract.limits import DEFAULT_VOICE, MAX_SPEAK_CHARS
+from mcp_listen.contract.limits import DEFAULT_VOICE, MAX_SPEAK_CHARS, MAX_WORD_CHARS
 from mcp_listen.contract.results import Spoken, Status, wire
 from mcp_listen.errors import DeviceBusy, InvalidArgument
 from mcp_listen.voice.pieces import MAX_FIRST_WORDS, first_piece, pieces
@@ -31,7 +31,13 @@ def test_the_text_alone_is_enough_and_the_rest_defaults():
     assert (args.text, args.voice, args.speed, args.device, args.wait) == ("Hello.", None, None, None, None)
 
 
-@pytest.mark.parametrize("text", ["line one\nline two", "a\ttab", "x" * MAX_SPEAK_CHARS, "café, naïve — ok"])
+LONG_WORD_TEXT = ("x" * MAX_WORD_CHARS + " ") * (MAX_SPEAK_CHARS // (MAX_WORD_CHARS + 1))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["line one\nline two", "a\ttab", LONG_WORD_TEXT, "café, naïve — ok", "你好，世界。", "https://example.org/a-b?c=d"],
+)
 def test_texts_that_are_accepted(text):
     assert parse(text=text).text == text
 
@@ -47,6 +53,8 @@ def test_texts_that_are_accepted(text):
         "carriage\rreturn",
         "nul\x00",
         "c1\x85",
+        "x" * MAX_SPEAK_CHARS,
+        "a word " + "é" * (MAX_WORD_CHARS + 1) + " in the middle",
     ],
 )
 def test_texts_that_are_refused_name_the_argument(text):
@@ -147,12 +155,24 @@ def test_the_first_piece_ends_at_the_first_clause_or_after_six_words(text, first
 
 
 def test_the_first_piece_never_has_more_than_six_words_and_nothing_is_lost():
-    text = " ".join(f"w{i}" for i in range(40)) + "."
+    text = " ".join(f"w{i}" for i in range(30)) + "."
     head, tail = first_piece(text)
     assert len(head.split()) == MAX_FIRST_WORDS
     assert f"{head} {tail}".split() == text.split()
     assert pieces(text) == [head, tail]
     assert pieces("Short.") == ["Short."]
+
+
+def test_a_run_on_sentence_is_cut_at_its_last_clause_and_sentences_are_left_to_piper():
+    words = [f"w{i}" for i in range(100)]
+    words[40] += ","
+    run_on = " ".join(words)
+    said = pieces(run_on)
+    assert " ".join(said).split() == run_on.split()  # nothing lost, nothing added
+    assert [len(p.split()) for p in said] == [6, 30, 5, 30, 29]  # the 2nd cut falls at "w40,"
+    assert said[2].endswith("w40,")
+    sentences = " ".join(f"Sentence number {i} is short." for i in range(40))
+    assert len(pieces(sentences)) == 2  # whole sentences: Piper splits them itself
 
 
 # ---------------------------------------------------------------- listing
