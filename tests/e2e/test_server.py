@@ -57,11 +57,14 @@ def test_every_handshake_protocol_version(env, version):
     with RawServer(env) as server:
         reply = server.initialize(version)
         listed = server.call("tools/list", {})
+        prompts = server.call("prompts/list", {})
     assert reply["result"]["protocolVersion"] == version
     assert reply["result"]["serverInfo"]["name"] == "mcp-listen"
     assert reply["result"]["serverInfo"]["version"]
-    assert set(reply["result"]["capabilities"]) <= {"tools", "experimental"}
+    assert {"tools", "prompts"} <= set(reply["result"]["capabilities"])
+    assert set(reply["result"]["capabilities"]) <= {"tools", "prompts", "experimental"}
     assert {t["name"] for t in listed["result"]["tools"]} == TOOL_NAMES
+    assert {p["name"] for p in prompts["result"]["prompts"]} == {"talk", "dictate"}
 
 
 async def test_modern_handshake(env):
