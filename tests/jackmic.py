@@ -193,3 +193,44 @@ class JackMic:
             self._client.deactivate()
         finally:
             self._client.close()
+
+
+class JackSpeaker:
+    """A JACK client with one input port, which PortAudio's JACK host API lists as an output device
+    that opens only at the server's rate: what it is sent is kept, to be checked afterwards."""
+
+    def __init__(self, server: JackServer, name: str) -> None:
+        import jack
+
+        self.server, self.name = server, name
+        self._lock = threading.Lock()
+        self._blocks: list[Any] = []
+        self._client = jack.Client(name, servername=server.name, no_start_server=True)
+        self._port = self._client.inports.register("playback_1")
+        self._client.set_process_callback(self._process)
+        self._client.activate()
+
+    @property
+    def rate(self) -> int:
+        return int(self._client.samplerate)
+
+    def _process(self, frames: int) -> None:
+        block = self._port.get_array().copy()
+        with self._lock:
+            self._blocks.append(block)
+
+    def heard_16k(self) -> np.ndarray:
+        """Everything received so far as 16 kHz int16 (what whisper takes)."""
+        import numpy as np
+        import soxr
+
+        with self._lock:
+            data = np.concatenate(self._blocks) if self._blocks else np.zeros(0, dtype=np.float32)
+        at_16k = soxr.resample(data, self.rate, 16000, quality="HQ")
+        return np.clip(np.rint(at_16k * 32768), -32768, 32767).astype(np.int16)
+
+    def close(self) -> None:
+        try:
+            self._client.deactivate()
+        finally:
+            self._client.close()

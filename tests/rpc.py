@@ -244,6 +244,8 @@ class Wire:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(what)
+                if not self._filer.is_alive():  # the server exited and every message is filed
+                    raise TimeoutError(f"{what}: the server exited with {self.server.proc.returncode}")
                 self._changed.wait(min(remaining, 0.1))
 
     def start(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:

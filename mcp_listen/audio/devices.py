@@ -64,6 +64,8 @@ class AudioDevice:
     default_samplerate: float
     is_default_input: bool
     is_default_output: bool
+    host_api: str = ""
+    """PortAudio's name for the host API (`ALSA`, `JACK Audio Connection Kit`, ...); not shown."""
 
     @property
     def kind(self) -> str:
@@ -92,6 +94,7 @@ class _Listing:
     """One PortAudio query: the raw device dicts, their ids, and the default indexes."""
 
     raw: list[dict[str, Any]]
+    apis: list[str]
     ids: list[str]
     default_input: int
     default_output: int
@@ -141,7 +144,7 @@ def _query(*, rescan: bool) -> _Listing:
         raise CaptureError(f"Could not list audio devices: {exc}") from exc
     ids = build_ids((apis[d["hostapi"]], d["name"]) for d in raw)
     return _Listing(
-        raw, ids, _default_index(sd, 0, "default_input_device"), _default_index(sd, 1, "default_output_device")
+        raw, apis, ids, _default_index(sd, 0, "default_input_device"), _default_index(sd, 1, "default_output_device")
     )
 
 
@@ -178,6 +181,7 @@ def list_devices(kind: str = DEFAULT_DEVICE_KIND, *, rescan: bool = False) -> li
             default_samplerate=float(d["default_samplerate"]),
             is_default_input=i == found.default_input,
             is_default_output=i == found.default_output,
+            host_api=found.apis[d["hostapi"]],
         )
         for i, d in enumerate(found.raw)
     ]
@@ -234,7 +238,22 @@ def resolve_output(device: int | str | None, *, rescan: bool = False) -> AudioDe
         code="no_default_output",
     )
     default = next((d for d in outputs if d.is_default_output), None)
-    return _chosen(outputs, device, default, missing, no_default, "output", 'list_audio_devices with kind "output"')
+    chosen: AudioDevice = _chosen(
+        outputs, device, default, missing, no_default, "output", 'list_audio_devices with kind "output"'
+    )
+    if chosen.host_api == JACK_HOST_API:
+        raise CaptureError(
+            f"The speaker {chosen.id} is a JACK device, and PortAudio's JACK output crashes the process on "
+            "the blocking writes speech uses. Choose the same speaker through PulseAudio, PipeWire or ALSA "
+            '(list_audio_devices with kind "output" lists them; "default" follows the system\'s choice).',
+            code="device_unsupported",
+        )
+    return chosen
+
+
+JACK_HOST_API = "JACK Audio Connection Kit"
+"""Its PortAudio output segfaults in Pa_WriteStream (measured: PortAudio 19.7, jackd2 1.9.21, every block
+size and sample format); its inputs, opened with a callback, are fine."""
 
 
 def _chosen(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_listen.audio.portaudio_lock import StreamLock
-from mcp_listen.audio.stream import OPEN_TIMEOUT_S
+from mcp_listen.audio.stream import OPEN_TIMEOUT_S, is_rate_error
 from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import Cancelled, CaptureError, DeviceLost
 
@@ -34,6 +34,9 @@ STALL_S = 2.0
 for room in the device's buffer, BLOCK_MS at a time, and a dead sound server never makes any. Under
 3 s, so a speaker lost at any moment of a speech ends the call within 3 s (as for microphones)."""
 CLOSE_WAIT_S = 1.0
+MAX_DRAIN_S = 1.0
+"""The longest output latency believed: PortAudio's JACK host reports 89,478 s for a client that sets no
+port latency (an unsigned wrap), and the drain would wait that long. Bluetooth speakers report ~0.3 s."""
 LATENCY_S = 0.2
 """The device's buffer: room for scheduling jitter while the next sentence is synthesised on a busy
 machine (with PortAudio's "low", 40 ms, a long text underflowed 1-3 times on two busy cores). It costs
@@ -74,6 +77,10 @@ class Speaker:
         self._portaudio = portaudio
         self._device = device_index
         self.sample_rate = sample_rate
+        """The voice's rate: what `feed` takes."""
+        self.device_rate = sample_rate
+        """The rate the stream runs at: the voice's, or the device's own when it refuses that one."""
+        self._resampler: Any = None
         self._stop = stop
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._opened = threading.Event()
@@ -117,17 +124,21 @@ class Speaker:
     def feed(self, samples: Any) -> None:
         """Queue int16 mono samples behind what is already playing; raises if the device is gone."""
         self._raise_if_lost()
+        if self._resampler is not None:
+            samples = self._resampler.resample_chunk(samples)
         self._fed += len(samples)
         self._queue.put(samples)
 
     def finish(self) -> Played:
         """Wait until everything fed has played (or the stop event cut it short); what was played."""
+        if self._resampler is not None:
+            self._queue.put(self._resampler.resample_chunk(_no_samples(), last=True))
         self._queue.put(_END)
         while not self._done.wait(0.02):
             self._raise_if_lost()
         if self.error is not None:
             raise self.error
-        return Played(self._frames, self.sample_rate, self.first_audio_at, self._interrupted, self.ended_at)
+        return Played(self._frames, self.device_rate, self.first_audio_at, self._interrupted, self.ended_at)
 
     def abandon(self) -> None:
         """Stop playing now (the caller failed): the writer aborts the stream and lets go of the device."""
@@ -158,7 +169,8 @@ class Speaker:
         stream = None
         try:
             try:
-                stream = _output_stream(self._device, self.sample_rate)
+                stream, self.device_rate = _output_stream(self._device, self.sample_rate)
+                self._resampler = _resampler(self.sample_rate, self.device_rate)
                 stream.start()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
                 self.error = _open_error(exc)
@@ -181,7 +193,7 @@ class Speaker:
         if self._stop.is_set() or self._abandoned.is_set():
             if not self._interrupted and self.first_audio_at is not None:
                 # what sits in the device's buffer is dropped by the abort: count only what was heard
-                heard = int((time.monotonic() - self.first_audio_at) * self.sample_rate)
+                heard = int((time.monotonic() - self.first_audio_at) * self.device_rate)
                 self._frames = min(self._frames, heard)
             self._interrupted = True
             return True
@@ -189,7 +201,7 @@ class Speaker:
 
     def _write_all(self, stream: Any) -> None:
         """Write what is fed, block by block, until the end mark or the stop event."""
-        block = max(1, self.sample_rate * BLOCK_MS // 1000)
+        block = max(1, self.device_rate * BLOCK_MS // 1000)
         while True:
             try:
                 samples = self._queue.get(timeout=0.02)
@@ -221,7 +233,8 @@ class Speaker:
         """Let the device play what sits in its buffer (its output latency), still listening for stop."""
         if self._interrupted:
             return
-        until = time.monotonic() + float(getattr(stream, "latency", 0.1) or 0.1) + BLOCK_MS / 1000
+        latency = min(float(getattr(stream, "latency", 0.1) or 0.1), MAX_DRAIN_S)
+        until = time.monotonic() + latency + BLOCK_MS / 1000
         while time.monotonic() < until:
             if self._stopping():
                 return
@@ -244,10 +257,36 @@ def speaker(portaudio: StreamLock, device_index: int, sample_rate: int, stop: Ca
             out.abandon()
 
 
-def _output_stream(device_index: int, sample_rate: int) -> Any:
+def _output_stream(device_index: int, sample_rate: int) -> tuple[Any, int]:
+    """Mono at the voice's rate; a device that refuses it (JACK runs only at its server's rate) at its
+    own default rate, the voice resampled to it. Returns the stream and the rate it runs at."""
     import sounddevice as sd
 
-    return sd.OutputStream(samplerate=sample_rate, channels=1, dtype="int16", device=device_index, latency=LATENCY_S)
+    def opened(rate: int) -> Any:
+        return sd.OutputStream(samplerate=rate, channels=1, dtype="int16", device=device_index, latency=LATENCY_S)
+
+    try:
+        return opened(sample_rate), sample_rate
+    except sd.PortAudioError as exc:
+        own = int(sd.query_devices(device_index)["default_samplerate"])
+        if not is_rate_error(exc) or own == sample_rate:
+            raise
+    log.info("speaker plays at %d Hz; resampling the voice from %d Hz", own, sample_rate)
+    return opened(own), own
+
+
+def _resampler(voice_rate: int, device_rate: int) -> Any:
+    if voice_rate == device_rate:
+        return None
+    import soxr
+
+    return soxr.ResampleStream(voice_rate, device_rate, 1, dtype="int16", quality="HQ")
+
+
+def _no_samples() -> Any:
+    import numpy as np
+
+    return np.zeros(0, dtype=np.int16)
 
 
 def _open_error(exc: BaseException) -> BaseException:

@@ -119,7 +119,7 @@ def _open_stream(device_index: int, blocks: queue.SimpleQueue) -> tuple[Any, Any
             break
         except sd.PortAudioError as exc:
             info = sd.query_devices(device_index)
-            if rate == SAMPLE_RATE and _is_rate_error(exc):
+            if rate == SAMPLE_RATE and is_rate_error(exc):
                 rate = int(info["default_samplerate"])
             elif channels == 1 and _is_channel_error(exc) and info["max_input_channels"] > 1:
                 channels = int(info["max_input_channels"])
@@ -160,7 +160,7 @@ def _input_stream(sd: Any, device_index: int, rate: int, channels: int, callback
     )
 
 
-def _is_rate_error(exc: Exception) -> bool:
+def is_rate_error(exc: Exception) -> bool:
     args: tuple[Any, ...] = getattr(exc, "args", ())
     return (len(args) > 1 and args[1] == PA_INVALID_SAMPLE_RATE) or "sample rate" in str(exc).lower()
 

@@ -172,12 +172,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
 
 
+CONTENT_LOGGERS = ("piper",)
+"""Libraries whose DEBUG lines carry what the user said or the agent speaks (Piper logs every
+sentence with its phonemes): they stay at INFO or above whatever MCP_LISTEN_LOG_LEVEL says."""
+
+
 def _setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("mcp-listen %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    for name in CONTENT_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.INFO, root.level))
 
 
 def _run_command(command: str, opts: argparse.Namespace, settings: Any) -> int:

@@ -10,7 +10,6 @@ numpy and onnxruntime are imported on first use, never at module import.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Iterable
 from importlib import resources
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio.levels import FULL_SCALE, level_db, power_db  # noqa: F401 - level_db re-exported
-from mcp_listen.config import disable_onnxruntime_telemetry
+from mcp_listen.config import import_onnxruntime
 from mcp_listen.contract.limits import WINDOW_SAMPLES
 from mcp_listen.errors import VADError
 
@@ -97,26 +96,6 @@ def _shape_fits(model_shape: Any, shape: tuple[int, ...]) -> bool:
     if model_shape is None or len(model_shape) != len(shape):
         return False
     return all(not isinstance(dim, int) or dim == want for dim, want in zip(model_shape, shape, strict=False))
-
-
-def import_onnxruntime() -> Any:
-    """Import onnxruntime with its telemetry off; the only way this package imports it.
-
-    onnxruntime 1.32 (Linux) starts Microsoft's 1DS telemetry when the module is imported, not
-    when a session is created: it writes a device id and an event database under
-    ~/.cache/Microsoft/DeveloperTools/.onnxruntime/, a `.ses` file in the temp folder, and looks
-    up mobile.events.data.microsoft.com every few seconds. `disable_telemetry_events()` alone
-    stops none of that (measured); only ORT_DISABLE_TELEMETRY set in the environment before the
-    import does. We force it ("audio and words never leave the machine" admits no opt-in here)
-    and still call disable_telemetry_events() for builds that honour only that.
-    """
-    imported_before = "onnxruntime" in sys.modules
-    if not disable_onnxruntime_telemetry() and imported_before:
-        log.warning("onnxruntime was imported before mcp-listen could turn its telemetry off")
-    import onnxruntime
-
-    onnxruntime.disable_telemetry_events()
-    return onnxruntime
 
 
 class SileroVAD:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from mcp_listen.config import import_onnxruntime
 from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import VoiceError
 from mcp_listen.voice.check import VoiceInfo
@@ -62,6 +63,7 @@ class Synthesizer:
 
 def _load(info: VoiceInfo) -> Any:
     try:
+        import_onnxruntime()  # before piper imports it: telemetry off
         from piper import PiperVoice
     except ImportError:
         raise VoiceError(PIPER_MISSING, code="piper_missing") from None

@@ -81,6 +81,29 @@ def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_pat
     assert notes and all(n["method"] == "notifications/progress" for n in notes)
 
 
+SPOKEN = "Persimmon walrus sings about Ulaanbaatar."
+SPOKEN_WORDS = ["persimmon", "walrus", "ulaanbaatar"]
+
+
+def test_logs_never_contain_what_is_spoken(vmic, tmp_path, piper_voice):
+    """Piper logs every sentence it speaks at DEBUG: mcp-listen's DEBUG log must not carry them."""
+    log = tmp_path / "stderr.log"
+    env = server_env(
+        vmic.env,
+        MCP_LISTEN_VOICES_PATH=str(piper_voice.parent),
+        MCP_LISTEN_VOICE=piper_voice.stem,
+        MCP_LISTEN_LOG_LEVEL="DEBUG",
+    )
+    with wire(env, stderr_path=log) as w:
+        spoken = w.call("speak_text", {"text": SPOKEN, "speed": 2.0}, timeout=120)
+        w.server.close_stdin()
+        assert w.server.wait_exit(10) == 0
+    assert not spoken.get("isError"), spoken
+    lowered = log.read_text(errors="replace").lower()
+    assert "debug mcp_listen.audio.speaker: played" in lowered, "DEBUG logging must have produced output"
+    assert not [w for w in SPOKEN_WORDS if w in lowered], "the log contains the spoken text"
+
+
 # ======================================================================================== telemetry
 
 IDLE_S = 15
@@ -128,6 +151,17 @@ def test_no_telemetry_files(vmic, tmp_path, model_path):
     env, home, temp = _telemetry_env(vmic, tmp_path)
     with wire(env) as w:
         _listen_then_idle(w, vmic, model_path)
+    _assert_no_telemetry_files(home, temp)
+
+
+def test_no_telemetry_files_when_speaking(vmic, tmp_path, piper_voice):
+    """Piper imports onnxruntime itself: the voice must be loaded with the telemetry off too."""
+    env, home, temp = _telemetry_env(vmic, tmp_path)
+    env.update(MCP_LISTEN_VOICES_PATH=str(piper_voice.parent), MCP_LISTEN_VOICE=piper_voice.stem)
+    with wire(env) as w:
+        spoken = w.call("speak_text", {"text": "Nothing leaves this machine.", "speed": 2.0}, timeout=120)
+    assert not spoken.get("isError"), spoken
+    assert spoken["structuredContent"]["duration_ms"] > 300
     _assert_no_telemetry_files(home, temp)
 
 

@@ -4,10 +4,12 @@ the vmic source is what the speaker played, and whisper must understand it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
 import anyio
+import jackmic
 import numpy as np
 import pytest
 from rpc import error_of, mcp_client, wire
@@ -173,3 +175,68 @@ def test_a_speaker_lost_mid_speech_ends_the_call_with_a_named_error_within_3_s(s
     with wire(speak_env) as w:
         again = w.call("speak_text", {"text": "Hello again."}, timeout=60)
     assert not again.get("isError"), again
+
+
+HOSTILE_TEXTS = {
+    "chinese": "你好，世界。这是一个测试。",
+    "arabic": "مرحبا بالعالم",
+    "devanagari": "नमस्ते दुनिया",
+    "emoji": "🎉 🙂 ✨ done",
+    "markup": "<b>bold</b> **star** `code` [link](http://x.org) # heading",
+    "bidi override": "abc\u202edef",
+    "zero width": "a\u200bb\u200dc",
+    "combining marks": "e" + "\u0301" * 150,
+    "digits": "1234567890 " * 20,
+}
+
+
+def test_hostile_texts_are_spoken_cleanly_or_named_and_nothing_reaches_stdout_or_disk(speak_env, tmp_path):
+    """Scripts the English voice does not cover, markup, invisible and combining characters: each is
+    clean speech (or a named error), the server lives on, stdout carries only JSON-RPC, and nothing
+    is written (speak_text keeps no file)."""
+    before = sorted(p for p in tmp_path.rglob("*"))
+    with wire(speak_env) as w:
+        replies = {
+            name: w.call("speak_text", {"text": text, "speed": 2.0}, timeout=120)
+            for name, text in HOSTILE_TEXTS.items()
+        }
+        alive = w.status()
+        lines = list(w.server.lines)
+    for name, reply in replies.items():
+        if reply.get("isError"):
+            assert error_of(reply)["error"]["code"] not in ("internal_error", None), (name, reply)
+        else:
+            assert reply["structuredContent"]["interrupted"] is False, (name, reply)
+    assert alive["tool"] is None
+    assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines)
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+def test_a_jack_speaker_is_refused_by_name_before_anything_plays(speak_env):
+    """PortAudio's JACK output segfaults on a blocking write (measured): speaking to a JACK device
+    is refused with a named error before the stream opens, and the server lives on."""
+    gaps = jackmic.missing()
+    if gaps:
+        pytest.fail(f"JACK unavailable, missing: {'; '.join(gaps)}. {jackmic.INSTALL_HINT}")
+    server = jackmic.JackServer(48000)
+    server.start()
+    try:
+        out = jackmic.JackSpeaker(server, "speaker-48k")
+        try:
+            with wire({**speak_env, **server.env}) as w:
+                listed = w.call("list_audio_devices", {"kind": "output"})["structuredContent"]["devices"]
+                ours = [d for d in listed if out.name in d["id"]]
+                assert len(ours) == 1 and ours[0]["defaultSampleRate"] == 48000, listed
+                reply = w.call("speak_text", {"text": FOX, "device": ours[0]["id"]}, timeout=60)
+                alive = w.status()
+            time.sleep(0.2)
+            heard = out.heard_16k()
+        finally:
+            out.close()
+    finally:
+        server.close()
+    error = error_of(reply)["error"]
+    assert reply["isError"] and error["code"] == "device_unsupported", reply
+    assert ours[0]["id"] in error["message"] and "PulseAudio" in error["message"]
+    assert alive["tool"] is None and not alive.get("speaking")
+    assert not np.any(heard), "nothing may have been played"

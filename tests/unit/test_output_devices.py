@@ -88,10 +88,8 @@ def test_every_all_entry_validates_against_the_result_schema(portaudio):
     "wanted, expected",
     [
         (None, "ALSA:Speakers"),
-        (4, "JACK Audio Connection Kit:HDMI 1"),
+        (2, "ALSA:USB Headset"),
         ("ALSA:USB Headset", "ALSA:USB Headset"),
-        ("hdmi", "JACK Audio Connection Kit:HDMI 1"),
-        ("jack:HDMI 1", "JACK Audio Connection Kit:HDMI 1"),
         ("speakers", "ALSA:Speakers"),
     ],
 )
@@ -113,6 +111,18 @@ def test_resolve_output_refuses_what_is_not_one_speaker(portaudio, wanted, code)
         devices.resolve_output(wanted)
     assert caught.value.code == code
     assert "output" in caught.value.message
+
+
+@pytest.mark.parametrize("wanted", ["hdmi", "jack:HDMI 1", 4])
+def test_a_jack_speaker_is_refused_naming_the_way_out(portaudio, wanted):
+    """PortAudio's JACK output crashes on blocking writes: refused before anything opens."""
+    from mcp_listen.errors import CaptureError
+
+    with pytest.raises(CaptureError) as caught:
+        devices.resolve_output(wanted)
+    assert caught.value.code == "device_unsupported"
+    assert "JACK Audio Connection Kit:HDMI 1" in caught.value.message and "PulseAudio" in caught.value.message
+    assert [d.id for d in devices.list_outputs()][-1] == "JACK Audio Connection Kit:HDMI 1"  # still listed
 
 
 def test_no_speaker_and_no_default_speaker_are_named(portaudio):

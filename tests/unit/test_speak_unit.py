@@ -430,7 +430,7 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
     from mcp_listen.audio.speaker import BLOCK_MS
 
     stream = FakeStream()
-    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: stream)
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: (stream, rate))
     lock, stop = threading.Lock(), threading.Event()
     with speakers.speaker(lock, 3, 22050, stop) as out:
         out.feed(np.zeros(22050, dtype=np.int16))
@@ -441,7 +441,7 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
     assert stream.aborted and stream.closed and not lock.locked()
 
     stream = FakeStream()
-    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: stream)
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: (stream, rate))
     with speakers.speaker(lock, 3, 22050, stop) as out:
         out.feed(np.zeros(22050 * 60, dtype=np.int16))  # 3 s at the fake's pace
         out.first_audio.wait(5)
@@ -449,6 +449,35 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
         cut = out.finish()
     assert cut.interrupted and cut.frames < 22050 * 10
     assert stream.aborted and not lock.locked()
+
+
+def test_a_speaker_that_refuses_the_voices_rate_plays_it_resampled_to_its_own(monkeypatch):
+    """A device that opens only at 48 kHz (ALSA hw devices, JACK): the stream opens at the device's
+    own rate and the 22.05 kHz voice is resampled to it, every sample of it."""
+    import numpy as np
+    import sounddevice as sd
+
+    from mcp_listen.audio import speaker as speakers
+
+    opened: list[int] = []
+    stream = FakeStream()
+
+    def output_stream(*, samplerate: int, **kw: Any) -> FakeStream:
+        opened.append(samplerate)
+        if samplerate != 48000:
+            raise sd.PortAudioError("Error opening OutputStream: Invalid sample rate", -9997)
+        return stream
+
+    monkeypatch.setattr(sd, "OutputStream", output_stream)
+    monkeypatch.setattr(sd, "query_devices", lambda index: {"default_samplerate": 48000.0})
+    tone = (np.sin(np.arange(22050) * 2 * np.pi * 440 / 22050) * 8000).astype(np.int16)
+    with speakers.speaker(threading.Lock(), 3, 22050, threading.Event()) as out:
+        out.feed(tone)
+        out.feed(tone)
+        played = out.finish()
+    assert opened == [22050, 48000]
+    assert played.sample_rate == 48000 and out.device_rate == 48000
+    assert abs(sum(stream.writes) - 96000) <= 48 and played.frames == sum(stream.writes)
 
 
 def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio(monkeypatch):
