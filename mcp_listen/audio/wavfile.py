@@ -138,7 +138,7 @@ def _exists(folder: Folder, name: str) -> bool:
 
 @dataclass(frozen=True)
 class UserFile:
-    """A WAV path the user chose (CLI `capture --out`), with whether an existing file may go.
+    """A WAV path the user chose (CLI `capture --out`, `say --save`), with whether an existing file may go.
 
     capture_audio's files never replace anything, and neither does this: an existing path is
     refused unless `replace`, and even then only a regular file is ever replaced, never a
@@ -150,23 +150,29 @@ class UserFile:
 
     path: Path
     replace: bool = False
+    option: str = "--out"
+    """The CLI option that named the path (`capture --out`, `say --save`): messages name it."""
 
     def check(self) -> None:
         """Raise InvalidArgument if this path cannot or may not take the recording."""
         path = self.path
         if not path.parent.is_dir():
             raise InvalidArgument(
-                f"--out {path}: the folder {path.parent} does not exist; create it or choose another."
+                f"{self.option} {path}: the folder {path.parent} does not exist; create it or choose another."
             )
-        kind = _kind_at(path)
+        kind = _kind_at(path, self.option)
         if kind == "folder":
-            raise InvalidArgument(f"--out {path} is a folder; give a file name, e.g. --out {path / 'recording.wav'}")
+            raise InvalidArgument(
+                f"{self.option} {path} is a folder; give a file name, e.g. {self.option} {path / 'recording.wav'}"
+            )
         if kind not in (None, "file"):
             raise InvalidArgument(
-                f"--out {path} is a {kind}, not a regular file; mcp-listen writes only regular files."
+                f"{self.option} {path} is a {kind}, not a regular file; mcp-listen writes only regular files."
             )
         if kind == "file" and not self.replace:
-            raise InvalidArgument(f"--out {path} already exists; pass --force to replace it, or choose another name.")
+            raise InvalidArgument(
+                f"{self.option} {path} already exists; pass --force to replace it, or choose another name."
+            )
 
     def write(self, samples: np.ndarray, sample_rate: int) -> Path:
         """Write the WAV under a hidden name beside the target, then give it the target's name."""
@@ -193,19 +199,21 @@ class UserFile:
             else:
                 os.link(partial, self.path)  # fails if a file appeared meanwhile: nothing is replaced
         except FileExistsError:
-            raise InvalidArgument(f"--out {self.path} appeared while recording; pass --force to replace it.") from None
+            raise InvalidArgument(
+                f"{self.option} {self.path} appeared meanwhile; pass --force to replace it."
+            ) from None
         except OSError as exc:
             raise StorageError(f"Cannot write {self.path}: {exc.strerror}.") from None
 
 
-def _kind_at(path: Path) -> str | None:
+def _kind_at(path: Path, option: str) -> str | None:
     """What is at `path` without following a symlink: None, "file", "folder" or what else it is."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise InvalidArgument(f"--out {path}: {exc.strerror}.") from None
+        raise InvalidArgument(f"{option} {path}: {exc.strerror}.") from None
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISDIR(mode):

@@ -17,7 +17,7 @@ from mcp_listen.contract import models as contracts
 from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.contract.results import wire
 from mcp_listen.engine.engine import Engine
-from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, ListenError, command
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, InvalidArgument, ListenError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
@@ -134,14 +134,24 @@ def _voice_command(run: Callable[[_Say], Any]) -> int:
     return EXIT_OK
 
 
-def speak(opts: argparse.Namespace, settings: Settings) -> int:
-    """speak_text from a terminal: the same validation and engine code; Ctrl-C stops the sound at once."""
+def say(opts: argparse.Namespace, settings: Settings) -> int:
+    """speak_text from a terminal: the same validation and engine code; Ctrl-C stops the sound at once.
+    With --save the speech goes to a new WAV file (the voice's rate) and no device is opened."""
     from mcp_listen.voice.synth import PIPER_MISSING, available
 
     if not available():
         raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
+    if opts.save is not None and opts.device is not None:
+        raise InvalidArgument("--save writes a file and --device names a speaker: give one of them.")
+    if opts.force and opts.save is None:
+        raise InvalidArgument("--force only applies to --save FILE.wav.")
     args = contracts.parse_args(contracts.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device")))
-    print_json(wire(Engine(settings).speak(args)))
+    engine = Engine(settings)
+    if opts.save is None:
+        print_json(wire(engine.speak(args)))
+        return EXIT_OK
+    path = engine.save_speech(args, UserFile(opts.save, replace=opts.force, option="--save"))
+    print(path)
     return EXIT_OK
 
 
@@ -309,12 +319,19 @@ class _Meter:
 
 
 def doctor(opts: argparse.Namespace, settings: Settings) -> int:
-    """Check what voice_query needs; exit 69 when something it needs is missing."""
+    """Check what every tool needs; exit 69 when something voice_query needs is missing."""
     from mcp_listen import package_version
     from mcp_listen.cli import doctor as checks
 
-    device = tool_args(opts, ("device",)).get("device")
-    report = checks.run(settings, device=device, whisper_model=opts.whisper_model, model=opts.model)
+    chosen = tool_args(opts, ("device", "output_device"))
+    report = checks.run(
+        settings,
+        device=chosen.get("device"),
+        whisper_model=opts.whisper_model,
+        model=opts.model,
+        voice=opts.voice,
+        output_device=chosen.get("output_device"),
+    )
     report = {"version": package_version(), **report}
     if opts.json:
         print_json(report)

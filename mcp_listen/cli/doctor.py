@@ -1,4 +1,4 @@
-"""`mcp-listen doctor`: check everything voice_query needs, in order, and say how to fix what fails.
+"""`mcp-listen doctor`: check everything the tools need, in order, and say how to fix what fails.
 
 A composition module like engine/engine.py: it calls the same components the tools use (device
 listing, the recorder, the Silero session, whisper model resolution and validation, the Ollama
@@ -7,8 +7,8 @@ Check with a status (ok, warn, fail, skip), one line of detail and, when it fail
 remedy. Nothing here prints: `format_report` returns text and the CLI prints it.
 
 This module runs the checks in order and owns the configuration, whisper model and Ollama
-checks; the audio checks are in cli/doctor_audio.py, the Check record, readiness and the text in
-cli/doctor_report.py (their public names are re-exported here).
+checks; the audio checks are in cli/doctor_audio.py, the speech-out ones in cli/doctor_speak.py,
+the Check record, readiness and the text in cli/doctor_report.py (their public names are re-exported here).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from mcp_listen.cli.doctor_report import (  # noqa: F401 - re-exported: callers 
     report,
     skipped,
 )
+from mcp_listen.cli.doctor_speak import check_speaking
 from mcp_listen.config import Settings, redact_url
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL, resolve_model, short_name
@@ -49,6 +50,8 @@ def run(
     device: int | str | None = None,
     whisper_model: str | None = None,
     model: str | None = None,
+    voice: str | None = None,
+    output_device: int | str | None = None,
 ) -> dict[str, Any]:
     """Run every check and return the report: checks in order, tool readiness, overall `ok`."""
     checks: list[Check] = [check_config(settings)]
@@ -66,6 +69,7 @@ def run(
     checks.append(check_vad())
     checks.append(check_whisper_model(settings, whisper_model))
     checks.extend(check_ollama(settings, model))
+    checks.extend(check_speaking(settings, voice=voice, device=output_device, portaudio=portaudio.status == OK))
     return report(checks)
 
 

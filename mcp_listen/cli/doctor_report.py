@@ -16,6 +16,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "capture_audio": ("config", "portaudio", "microphone", "audio"),
     "transcribe_voice": ("config", "portaudio", "microphone", "audio", "vad", "whisper_model"),
     "voice_query": ("config", "portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model"),
+    "speak_text": ("config", "portaudio", "speak", "voice", "speaker"),
+    "converse": ("config", "portaudio", "microphone", "audio", "vad", "whisper_model", "speak", "voice", "speaker"),
 }
 """Which checks each tool depends on (with its default arguments); warnings do not block."""
 
@@ -66,10 +68,12 @@ def format_report(result: dict[str, Any], *, unicode: bool = True, version: str 
             lines.append(f"  {'':<{width}}{arrow} {c['remedy']}")
     ready = [tool for tool, ok in result["ready"].items() if ok]
     missing = [tool for tool, ok in result["ready"].items() if not ok]
+    speaking_warned = any(c["id"] == "speak" and c["status"] == WARN for c in result["checks"])
     lines.append("")
     lines.append("Ready: " + (", ".join(ready) or "none") + ".")
     if missing:
-        lines.append("Not ready: " + ", ".join(missing) + f" (fix the {marks[FAIL]} lines above).")
+        fix = f"{marks[FAIL]} and {marks[WARN]}" if speaking_warned else marks[FAIL]
+        lines.append("Not ready: " + ", ".join(missing) + f" (fix the {fix} lines above).")
     else:
         lines.append("Everything voice_query needs is in place.")
     return "\n".join(lines)

@@ -87,8 +87,15 @@ def _voices(sub: Any) -> None:
 
 
 def _speak(sub: Any) -> None:
-    speak = sub.add_parser("speak", help="say a text aloud with a Piper voice (speak_text) and print its result")
+    speak = sub.add_parser(
+        "say", aliases=["speak"], help="say a text aloud with a Piper voice (speak_text) and print its result"
+    )
     speak.add_argument("text")
+    speak.add_argument(
+        "--save", type=Path, metavar="FILE.wav", help="write the speech to a new WAV file instead of playing it"
+    )
+    speak.add_argument("--force", action="store_true", help="with --save: replace an existing regular file")
+    speak.set_defaults(command="say")  # `speak` is the same command
     speak.add_argument("--voice", help=f"Piper voice name, file name or path (default {limits.DEFAULT_VOICE})")
     speak.add_argument("--speed", type=float, help=f"speaking rate, {limits.MIN_SPEED:g}-{limits.MAX_SPEED:g}")
     speak.add_argument("--device", help="output device id, index or name (see: mcp-listen devices --kind output)")
@@ -113,6 +120,8 @@ def _doctor_and_config(sub: Any) -> None:
         "--whisper-model", help=f"model name, file name or path (default {limits.DEFAULT_WHISPER_MODEL})"
     )
     doctor.add_argument("--model", help=f"Ollama model (default {limits.DEFAULT_LLM_MODEL})")
+    doctor.add_argument("--voice", help=f"Piper voice to check (default {limits.DEFAULT_VOICE})")
+    doctor.add_argument("--output-device", help="check this speaker id or index instead of the default output")
     doctor.add_argument("--json", action="store_true", help="print a machine-readable report")
     config = sub.add_parser("config", help="print the MCP configuration for a client")
     config.add_argument("client", choices=list(CLIENTS), metavar="CLIENT", help=", ".join(CLIENTS))

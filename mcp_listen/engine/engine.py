@@ -345,6 +345,20 @@ class Engine:
             self.recorder.release(claim)
         return Spoken(voice.name, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
 
+    def save_speech(self, args: SpeakArgs, out: wavfile.UserFile, *, stop: threading.Event | None = None) -> Path:
+        """Say `args.text` into a WAV file at the voice's own rate instead of playing it (CLI `say
+        --save`): no sound device is opened or claimed. The voice and the path are checked before
+        synthesis; a cancel leaves no file."""
+        voice = self.voices.find(args.voice or self.settings.defaults.voice)
+        out.check()
+        speed = args.speed if args.speed is not None else DEFAULT_SPEED
+        cancel = _linked(stop, self.shutdown)
+        self.voices.prepare(voice)
+        pieces = list(self.voices.synthesize(voice, args.text, speed, cancel))
+        if cancel.is_set():
+            raise Cancelled("The speech was cancelled.")
+        return out.write(_joined(pieces), voice.sample_rate)
+
     # ------------------------------------------------------------------ converse
 
     def converse(
@@ -402,3 +416,10 @@ def _ms_between(start: float, end: float | None) -> int | None:
 def _linked(stop: threading.Event | None, shutdown: threading.Event) -> AnyOf:
     """One event that is set when either the call is cancelled or the process shuts down."""
     return AnyOf(stop, shutdown)
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """The synthesised pieces as one int16 array (numpy is loaded by then: Piper uses it)."""
+    import numpy as np
+
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)

@@ -50,8 +50,13 @@ def checks_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in report["checks"]}
 
 
-def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, models_dir, tmp_path):
-    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+def voice_settings(piper_voice: Path) -> dict[str, str]:
+    return {"MCP_LISTEN_VOICES_PATH": str(piper_voice.parent), "MCP_LISTEN_VOICE": piper_voice.stem}
+
+
+def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, models_dir, tmp_path, piper_voice):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir),
+                     **voice_settings(piper_voice))  # fmt: skip
     tone = audio_assets.tone(440, 15000, 0.5)  # amplitude 0.5: RMS -9 dBFS, peak -6 dBFS
     player = vmic.play(tone, block=False)
     try:
@@ -62,8 +67,10 @@ def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, mode
     checks = checks_of(report)
     assert code == EXIT_OK, stderr
     assert report["ok"] is True and all(report["ready"][t] for t in ALL_TOOLS)
+    assert report["ready"]["speak_text"] is True and report["ready"]["converse"] is True
     assert [c["id"] for c in report["checks"]] == [
         "config", "portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model",
+        "speak", "voice", "speaker",
     ]  # fmt: skip
     assert all(c["status"] == "ok" and c["remedy"] is None for c in report["checks"]), report
     assert checks["microphone"]["data"]["device"]["isDefault"] is True
@@ -76,6 +83,8 @@ def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, mode
     assert checks["ollama"]["data"] == {"host": ollama.url, "version": "0.12.0"}
     assert checks["ollama_model"]["data"] == {"model": "llama3.2"}
     assert ("GET", "/api/tags") in ollama.paths
+    assert checks["voice"]["data"] == {"voice": "en_US-joe-medium", "path": str(piper_voice), "sample_rate": 22050}
+    assert checks["speaker"]["data"]["device"]["isDefaultOutput"] is True
 
 
 def test_text_report_marks_each_check_and_prints_the_remedy(vmic, tmp_path):
@@ -130,6 +139,7 @@ def test_no_input_device(ollama, models_dir, tmp_path):
     assert checks["audio"]["status"] == "skip"
     assert report["ready"] == {
         "list_audio_devices": True, "capture_audio": False, "transcribe_voice": False, "voice_query": False,
+        "speak_text": False, "converse": False,
     }  # fmt: skip
 
 
@@ -254,7 +264,61 @@ def test_warnings_do_not_block_and_failures_block_only_what_needs_them():
     result = doctor.report([check(k, v) for k, v in base.items()])
     assert result["ready"] == {
         "list_audio_devices": True, "capture_audio": True, "transcribe_voice": True, "voice_query": False,
+        "speak_text": False, "converse": False,
     }  # fmt: skip
     assert result["ok"] is False
     base["ollama_model"] = "ok"
     assert doctor.report([check(k, v) for k, v in base.items()])["ok"] is True
+
+
+# ------------------------------------------------------------------ speech out
+
+
+def test_a_missing_voice_names_the_pull_command_and_blocks_only_the_speaking_tools(vmic, ollama, models_dir, tmp_path):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+    code, report, _ = run_doctor(env, "--voice", "en_US-amy-low")
+    voice = checks_of(report)["voice"]
+    assert code == EXIT_OK and report["ok"] is True, "voice_query needs no voice"
+    assert voice["status"] == "fail" and "en_US-amy-low" in voice["detail"]
+    assert voice["remedy"].endswith("mcp-listen voices pull en_US-amy-low")
+    assert report["ready"]["speak_text"] is False and report["ready"]["converse"] is False
+    assert report["ready"]["voice_query"] is True
+
+
+def test_a_voice_file_piper_cannot_use_fails_with_a_remedy(vmic, ollama, models_dir, tmp_path, piper_voice):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    (folder / "en_US-joe-medium.onnx").write_bytes(b"\x08\x07" + b"\x00" * 5000)  # an ONNX-looking truncated file
+    (folder / "en_US-joe-medium.onnx.json").write_bytes(
+        (piper_voice.parent / "en_US-joe-medium.onnx.json").read_bytes()
+    )
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir),
+                     MCP_LISTEN_VOICES_PATH=str(folder), MCP_LISTEN_VOICE="en_US-joe-medium")  # fmt: skip
+    code, report, stderr = run_doctor(env)
+    voice = checks_of(report)["voice"]
+    assert voice["status"] == "fail", voice
+    assert "Traceback" not in stderr
+    assert "voices pull en_US-joe-medium" in voice["remedy"]
+    assert report["ready"]["speak_text"] is False
+
+
+def test_an_unknown_speaker_is_named(vmic, ollama, models_dir, tmp_path, piper_voice):
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir),
+                     **voice_settings(piper_voice))  # fmt: skip
+    code, report, _ = run_doctor(env, "--output-device", "ALSA:no such speaker")
+    speaker = checks_of(report)["speaker"]
+    assert speaker["status"] == "fail" and "ALSA:no such speaker" in speaker["detail"]
+    assert speaker["remedy"].endswith("mcp-listen devices --kind output")
+    assert checks_of(report)["voice"]["status"] == "ok" and report["ready"]["speak_text"] is False
+
+
+def test_without_the_speak_extra_speaking_is_a_warning_and_listening_is_ready(vmic, ollama, models_dir, tmp_path):
+    """Piper hidden from the interpreter, as in an install without the `speak` extra."""
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir))
+    hide_piper = "import sys; sys.modules['piper'] = None; from mcp_listen.cli.main import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", hide_piper, "doctor"], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "! Speech output" in done.stdout and "mcp-listen[speak]" in done.stdout and "GPL-3.0" in done.stdout
+    assert "- Voice" in done.stdout and "not checked: needs the speak extra" in done.stdout
+    assert "Not ready: speak_text, converse" in done.stdout and "Ready: list_audio_devices" in done.stdout

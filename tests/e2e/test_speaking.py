@@ -96,7 +96,7 @@ def test_the_cli_speaks_and_prints_the_result(speak_env, vmic, tmp_path):
     import sys
 
     raw = tmp_path / "cli.raw"
-    run = [sys.executable, "-m", "mcp_listen", "speak"]
+    run = [sys.executable, "-m", "mcp_listen", "speak"]  # the old name of `say`
     with recording_the_speaker(vmic, raw):
         done = subprocess.run([*run, FOX, "--speed", "1.5"], env=speak_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -105,6 +105,43 @@ def test_the_cli_speaks_and_prints_the_result(speak_env, vmic, tmp_path):
     assert 0 < sound_span_ms(np.fromfile(raw, dtype=np.int16)) <= result["duration_ms"] + 300
     slow = subprocess.run([*run, FOX, "--speed", "3"], env=speak_env, capture_output=True, text=True, timeout=60)
     assert slow.returncode == 64 and "Invalid speed" in slow.stderr, slow.stderr
+
+
+def test_say_save_writes_a_new_wav_that_says_the_text_and_never_overwrites(speak_env, vmic, tmp_path, model_path):
+    """`say --save` writes the speech (the voice's rate) to a new file and plays nothing; an existing
+    file, a folder or --save with --device is refused before synthesis; --force replaces a file."""
+    import sys
+    import wave
+
+    say = [sys.executable, "-m", "mcp_listen", "say"]
+    out = tmp_path / "fox.wav"
+    raw = tmp_path / "say.raw"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*say, *args], env=speak_env, capture_output=True, text=True, timeout=120)
+
+    with recording_the_speaker(vmic, raw):
+        done = run(FOX, "--save", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out)
+    assert not np.any(np.fromfile(raw, dtype=np.int16)), "--save must not play"
+    with wave.open(str(out)) as wav:
+        rate, channels, width = wav.getframerate(), wav.getnchannels(), wav.getsampwidth()
+        samples = np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
+    assert (rate, channels, width) == (22050, 1, 2)
+    assert wer(FOX, transcribe(samples, model_path, rate)) <= 0.35
+    before = out.read_bytes()
+    again = run("Something else entirely.", "--save", str(out))
+    assert again.returncode == 64 and "already exists" in again.stderr and "--force" in again.stderr
+    assert out.read_bytes() == before
+    replaced = run("Yes.", "--save", str(out), "--force")
+    assert replaced.returncode == 0, replaced.stderr
+    assert len(out.read_bytes()) < len(before)
+    folder = run("Yes.", "--save", str(tmp_path))
+    assert folder.returncode == 64 and "is a folder" in folder.stderr
+    both = run("Yes.", "--save", str(tmp_path / "x.wav"), "--device", "default")
+    assert both.returncode == 64 and "--device" in both.stderr and not (tmp_path / "x.wav").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".wav") == ["fox.wav"]  # no partial left
 
 
 def test_end_of_input_stops_a_background_speech_and_the_server_exits(speak_env, vmic, tmp_path):

@@ -1,0 +1,116 @@
+"""`doctor`'s speech-out checks: the `speak` extra, the voice and the speaker, each with its fix.
+
+They call what speak_text calls (the voice search and file checks, Piper's own load, the output
+device resolution) so a pass here means the tool's path works. Nothing is played: the speaker is
+checked with PortAudio's `check_output_settings`, which opens no stream. A missing extra is a
+warning, not a failure: the listening tools need none of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcp_listen.cli.doctor_report import FAIL, OK, WARN, Check, skipped
+from mcp_listen.config import Settings
+from mcp_listen.errors import ListenError, command
+from mcp_listen.voice.names import parse_name
+
+log = logging.getLogger(__name__)
+
+INSTALL_SPEAK = "pip install 'mcp-listen[speak]' (or pipx install 'mcp-listen[speak]'); Piper is GPL-3.0-or-later"
+
+
+def check_speaking(settings: Settings, *, voice: str | None, device: int | str | None, portaudio: bool) -> list[Check]:
+    """The extra, then the voice (needs the extra), then the speaker (needs PortAudio)."""
+    extra = check_speak_extra()
+    checks = [extra]
+    info = None
+    if extra.status == OK:
+        voice_check, info = check_voice(settings, voice or settings.defaults.voice)
+        checks.append(voice_check)
+    else:
+        checks.append(skipped("voice", "Voice", "needs the speak extra"))
+    rate = info.sample_rate if info is not None else None
+    checks.append(check_speaker(device, rate) if portaudio else skipped("speaker", "Speaker", "needs PortAudio"))
+    return checks
+
+
+def check_speak_extra() -> Check:
+    """piper-tts importable (found, not imported: the voice check imports it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from mcp_listen.voice.synth import available
+
+    title = "Speech output"
+    if not available():
+        detail = "Piper is not installed: speak_text and converse are not served (the listening tools are)"
+        return Check("speak", title, WARN, detail, INSTALL_SPEAK)
+    try:
+        found = version("piper-tts")
+    except PackageNotFoundError:
+        found = "installed"
+    return Check("speak", title, OK, f"piper-tts {found}", data={"piper_tts": found})
+
+
+def check_voice(settings: Settings, voice: str) -> tuple[Check, Any]:
+    """The voice found, its files checked as hostile, and loaded by Piper as speak_text will."""
+    from mcp_listen.voice.check import check_voice as check_files
+    from mcp_listen.voice.names import resolve_voice
+    from mcp_listen.voice.store import search_dirs
+    from mcp_listen.voice.synth import Synthesizer
+
+    title = "Voice"
+    try:
+        info = check_files(resolve_voice(voice, search_dirs(settings)))
+        Synthesizer().voice(info)
+    except ListenError as exc:
+        return Check("voice", title, FAIL, exc.message, _voice_remedy(voice, exc.code), {"voice": voice}), None
+    detail = f"{info.name} ({info.language}, {info.sample_rate} Hz, {info.size_bytes / 1e6:.0f} MB) at {info.path}"
+    data = {"voice": info.name, "path": str(info.path), "sample_rate": info.sample_rate}
+    return Check("voice", title, OK, detail, data=data), info
+
+
+def _voice_remedy(voice: str, code: str) -> str:
+    pull = command("voices", "pull", voice) if parse_name(voice) is not None else None
+    if code == "voice_not_found":
+        return pull or f"Give a voice name (see: {command('voices')}) or the path of a NAME.onnx file."
+    if code == "piper_missing":
+        return INSTALL_SPEAK
+    again = f"Pull it again ({pull})" if pull else "Replace the file"
+    return f"{again}, or choose another voice (see: {command('voices')})."
+
+
+def check_speaker(device: int | str | None, voice_rate: int | None) -> Check:
+    """The output device the tools will use, and whether it takes mono 16-bit audio at the voice's
+    rate (else at its own, which speak_text resamples to)."""
+    from mcp_listen.audio import devices
+
+    title = "Speaker"
+    try:
+        chosen = devices.resolve_output(device)
+    except ListenError as exc:
+        remedy = f"Connect a speaker or headphones, or pass an output id from: {command('devices', '--kind', 'output')}"
+        return Check("speaker", title, FAIL, exc.message, remedy)
+    which = "default" if device is None else "selected"
+    data = {"device": chosen.public()}
+    problem = _output_problem(chosen.index, voice_rate or int(chosen.default_samplerate), chosen.default_samplerate)
+    if problem is not None:
+        remedy = f"Choose another output (see: {command('devices', '--kind', 'output')}), or check the sound settings."
+        return Check("speaker", title, FAIL, f"{chosen.name} (id {chosen.id}): {problem}", remedy, data)
+    return Check("speaker", title, OK, f"{which}: {chosen.name} (id {chosen.id})", data=data)
+
+
+def _output_problem(index: int, rate: int, own_rate: float) -> str | None:
+    """None when PortAudio accepts mono int16 at `rate` or, failing that, at the device's own rate."""
+    import sounddevice as sd
+
+    last: Exception | None = None
+    for candidate in dict.fromkeys((rate, int(own_rate))):
+        try:
+            sd.check_output_settings(device=index, samplerate=candidate, channels=1, dtype="int16")
+            return None
+        except Exception as exc:  # noqa: BLE001 - PortAudio's errors are ValueError or PortAudioError
+            log.debug("output settings refused at %d Hz: %s", candidate, exc)
+            last = exc
+    return f"PortAudio refuses mono 16-bit output ({last})"
