@@ -258,7 +258,7 @@ def speaker(portaudio: StreamLock, device_index: int, sample_rate: int, stop: Ca
 
 
 def _output_stream(device_index: int, sample_rate: int) -> tuple[Any, int]:
-    """Mono at the voice's rate; a device that refuses it (JACK runs only at its server's rate) at its
+    """Mono at the voice's rate; a device that refuses it (an ALSA hw device that runs only at 48 kHz) at its
     own default rate, the voice resampled to it. Returns the stream and the rate it runs at."""
     import sounddevice as sd
 
