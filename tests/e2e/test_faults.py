@@ -137,6 +137,8 @@ def _ask(w, vmic, model_path: Path, token: str) -> tuple[dict, float | None]:
 
 
 def test_ollama_faults_give_the_contracts_outcomes(vmic, ollama, tmp_path, model_path):
+    """Every way Ollama fails after the transcription, in one server: the error's stage and code, the
+    transcript kept, and the server still answering. Ollama down before recording: test_compat.py."""
     env = server_env(
         vmic.env,
         MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
@@ -153,13 +155,15 @@ def test_ollama_faults_give_the_contracts_outcomes(vmic, ollama, tmp_path, model
             assert data["error"]["stage"] == "llm" and data["error"]["code"] == code, (mode, data)
             assert set(data) == {"error", "transcription", "response", "model", "message"}, (mode, data)
             assert data["response"] is None and "mountain" in data["transcription"].lower()  # nothing said is lost
+            assert data["model"] == "llama3.2" and data["message"] == data["error"]["message"], (mode, data)
+            if mode == "404":
+                assert "ollama pull llama3.2" in data["error"]["message"]
             timings[mode] = llm_seconds
             assert w.server.proc.poll() is None
         ollama.mode = "ok"
         result, _ = _ask(w, vmic, model_path, "ok")
         assert not result.get("isError"), result["content"][0]["text"]
         assert "mountain" in result["structuredContent"]["response"].lower()
-    print("\nOllama stage, seconds from 'Asking' to the result:", {k: round(v, 2) for k, v in timings.items()})
     for mode in ("hang", "trickle"):
         assert 0.9 <= timings[mode] <= 2.0, f"{mode}: the 1 s timeout fired after {timings[mode]:.2f} s"
 

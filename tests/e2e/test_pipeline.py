@@ -131,25 +131,6 @@ async def test_model_name_lookup_in_whisper_model_path(vmic, rec_dir, ollama, mo
     assert wer("The weather today is sunny and warm.", result.structured_content["transcription"]) <= 0.3
 
 
-@pytest.mark.parametrize("mode,code", [("404", "model_not_pulled"), ("500", "http_error"), ("empty", "empty_response")])
-async def test_ollama_failures(vmic, rec_dir, ollama, model_path, mode, code):
-    """Failures after transcription; an Ollama that is down before recording: tests/e2e/test_compat.py."""
-    ollama.mode = mode
-    env = server_env(vmic.env, MCP_LISTEN_RECORDINGS_DIR=str(rec_dir), OLLAMA_HOST=ollama.url)
-    async with mcp_client(env) as client:
-        result = await call_while_playing(
-            client, vmic, "voice_query", {"whisper_model": str(model_path), "model": "llama3.2"}, spoken(QUESTION)
-        )
-    assert result.is_error
-    data = error_of(result)
-    assert data["error"]["stage"] == "llm" and data["error"]["code"] == code
-    if mode == "404":
-        assert "ollama pull llama3.2" in data["error"]["message"]
-    assert set(data) == {"error", "transcription", "response", "model", "message"}
-    assert data["response"] is None and wer(QUESTION, data["transcription"]) <= 0.35
-    assert "speech_detected" not in data
-
-
 async def test_transcribe_voice_outcomes(env, vmic, ollama, model_path):
     sentence = "Remind me to call my mother tomorrow."
     async with mcp_client(env) as client:
