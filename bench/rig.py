@@ -231,6 +231,24 @@ class Monitor:
         self._tarr = np.concatenate([self._tarr, np.array(self._times[self._cache_n : n])])
         self._cache_n = n
 
+    def samples(self) -> Any:
+        """Everything captured so far (int16); sample i became available at time_of(i)."""
+        self._sync()
+        return self._samples
+
+    def recent(self, samples: int) -> Any:
+        """The last `samples` captured, read from the newest blocks only: cheap enough to poll
+        (samples() copies the whole stream)."""
+        picked: list[Any] = []
+        got, i = 0, min(len(self._blocks), len(self._times))
+        while i > 0 and got < samples:
+            i -= 1
+            picked.append(self._blocks[i])
+            got += len(self._blocks[i])
+        if not picked:
+            return self._np.zeros(0, self._np.int16)
+        return self._np.concatenate(picked[::-1])[-samples:]
+
     def t0_near(self, index: int, span_s: float = 4.0) -> float:
         """Arrival time of sample 0 on the clock of the blocks within span_s of `index`."""
         self._sync()
