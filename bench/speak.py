@@ -367,19 +367,31 @@ def converse_turn(server: TimedServer, log: Path, model: Path, run_no: int) -> d
     }
 
 
-def microphone_latency() -> dict[str, float]:
-    """The input latency PortAudio reports for a stream opened as the server opens its microphone
-    (16 kHz mono, 512-sample blocks, the default latency) on the virtual microphone: converse waits
-    that long, one window and ECHO_TAIL_S after the speech ended before a window is the user's."""
+def devices(runs: int) -> dict[str, Any]:
+    """Two device figures that explain the latencies, in this process on the virtual sound server:
+    the time to open and start an output stream as the server's speaker does (22.05 kHz mono, 0.2 s
+    latency), which first audio pays before the first piece is synthesised; and the input latency
+    PortAudio reports for a stream opened as the server's microphone is (16 kHz mono, 512-sample
+    blocks), which converse waits, with one window and ECHO_TAIL_S, after the speech ended."""
     import sounddevice as sd
 
+    from mcp_listen.audio.speaker import LATENCY_S
     from mcp_listen.contract.models import WINDOW_SAMPLES
     from mcp_listen.engine.turn import ECHO_TAIL_S, WINDOW_S
 
-    stream = sd.InputStream(samplerate=RATE, channels=1, dtype="int16", blocksize=WINDOW_SAMPLES, callback=_ignore)
-    with stream:
-        latency = float(stream.latency)
-    return {"input_latency_ms": latency * 1000, "window_ms": WINDOW_S * 1000, "echo_tail_ms": ECHO_TAIL_S * 1000}
+    opens = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        with sd.OutputStream(samplerate=22050, channels=1, dtype="int16", latency=LATENCY_S):
+            opens.append((time.perf_counter() - began) * 1000)
+    with sd.InputStream(samplerate=RATE, channels=1, dtype="int16", blocksize=WINDOW_SAMPLES, callback=_ignore) as mic:
+        latency = float(mic.latency)
+    return {
+        "speaker_open_ms": opens,
+        "input_latency_ms": latency * 1000,
+        "window_ms": WINDOW_S * 1000,
+        "echo_tail_ms": ECHO_TAIL_S * 1000,
+    }
 
 
 def _ignore(*_: Any) -> None:
@@ -437,7 +449,7 @@ def measure(bench: Bench, opts: argparse.Namespace, report: dict[str, Any]) -> N
     section(report, "cpu", lambda: [cpu_while_speaking(bench) for _ in range(opts.cpu_runs)])
     section(report, "cancel", lambda: in_one_server(bench, cancel_runs(opts.runs)))
     section(report, "converse", lambda: in_one_server(bench, converse_runs(opts)))
-    section(report, "microphone", microphone_latency)
+    section(report, "devices", lambda: devices(opts.runs))
     section(report, "piper", lambda: piper_inprocess(opts.voice, opts.runs))
 
 
@@ -516,6 +528,7 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
     for key in ("listening_after_ms", "client_speech_end_to_notice_ms", "client_last_loud_to_notice_ms"):
         out[key] = summary(r[key] for r in turns if r[key] is not None)
     out["converse_first_audio_ms"] = summary(r["spoken"]["first_audio_ms"] for r in turns)
+    out["speaker_open_ms"] = summary((report.get("devices") or {}).get("speaker_open_ms", []))
     piper = report.get("piper") or {}
     out["piper_rtf_20"] = summary((r["rtf"] for r in piper.get("whole_20", [])), 4)
     out["piper_cpu_per_wall_20"] = summary((r["cpu_ms"] / r["wall_ms"] for r in piper.get("whole_20", [])), 2)
@@ -546,6 +559,7 @@ ROWS = (
     ("request -> first sound at the speaker, 20 sentences", "client_first_sound_ms_20", "ms", ""),
     ("first audio in a fresh server (voice loads)", "cold_first_audio_ms", "ms", ""),
     ("Piper in-process: first piece synthesis", "piper_first_piece_ms_1", "ms", ""),
+    ("opening the speaker (in-process, as the server does)", "speaker_open_ms", "ms", ""),
     ("Piper in-process: real-time factor, 20 sentences", "piper_rtf_20", "", ""),
     ("server CPU while speaking 20 sentences", "cpu_pct", "% of a core", ""),
     ("  the same, median second (synthesis done, playing)", "cpu_per_second_median_pct", "% of a core", ""),
