@@ -209,7 +209,8 @@ def first_sound(monitor: Monitor, sent: float, timeout: float = 5.0) -> dict[str
 def piper_inprocess(voice_path: Path, runs: int) -> dict[str, Any]:
     """Piper alone in this process (no server, no device): the 20-sentence text synthesised piece by
     piece as the server splits it, wall time / audio time; and each text's first piece, which is what
-    the server must synthesise before its first sound (the floor under first_audio_ms)."""
+    the server must synthesise before its first sound (the floor under first_audio_ms), and its first
+    1, 2, ... words alone: what a shorter first piece would cost."""
     os.environ["ORT_DISABLE_TELEMETRY"] = "1"  # before piper imports onnxruntime, as the server does
     from piper import PiperVoice, SynthesisConfig
 
@@ -222,12 +223,15 @@ def piper_inprocess(voice_path: Path, runs: int) -> dict[str, Any]:
     synth([WARM_UP])
     whole = [synth(pieces(text_of(20))) for _ in range(runs)]
     firsts = {n: [synth(pieces(text_of(n))[:1]) for _ in range(runs)] for n in LENGTHS}
+    words = pieces(text_of(1))[0].split()
+    by_words = {k: [synth([" ".join(words[:k])]) for _ in range(runs)] for k in range(1, len(words) + 1)}
     return {
         "sample_rate": rate,
         "pieces_20": len(pieces(text_of(20))),
         "first_piece": pieces(text_of(1))[0],
         "whole_20": whole,
         "first_piece_runs": {str(n): runs_ for n, runs_ in firsts.items()},
+        "first_words_runs": {str(k): runs_ for k, runs_ in by_words.items()},
     }
 
 
@@ -534,6 +538,8 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
     out["piper_cpu_per_wall_20"] = summary((r["cpu_ms"] / r["wall_ms"] for r in piper.get("whole_20", [])), 2)
     for n, runs_ in (piper.get("first_piece_runs") or {}).items():
         out[f"piper_first_piece_ms_{n}"] = summary(r["wall_ms"] for r in runs_)
+    for k, runs_ in (piper.get("first_words_runs") or {}).items():
+        out[f"piper_first_words_ms_{k}"] = summary(r["wall_ms"] for r in runs_)
     firsts = [r for runs_ in (piper.get("first_piece_runs") or {}).values() for r in runs_]
     out["piper_leading_quiet_ms"] = summary(r["leading_quiet_ms"] for r in firsts if r["leading_quiet_ms"] is not None)
     return out
@@ -559,6 +565,7 @@ ROWS = (
     ("request -> first sound at the speaker, 20 sentences", "client_first_sound_ms_20", "ms", ""),
     ("first audio in a fresh server (voice loads)", "cold_first_audio_ms", "ms", ""),
     ("Piper in-process: first piece synthesis", "piper_first_piece_ms_1", "ms", ""),
+    ("Piper in-process: the first piece's first 3 words alone", "piper_first_words_ms_3", "ms", ""),
     ("opening the speaker (in-process, as the server does)", "speaker_open_ms", "ms", ""),
     ("Piper in-process: real-time factor, 20 sentences", "piper_rtf_20", "", ""),
     ("server CPU while speaking 20 sentences", "cpu_pct", "% of a core", ""),
