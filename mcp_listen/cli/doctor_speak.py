@@ -55,15 +55,13 @@ def check_speak_extra() -> Check:
 
 def check_voice(settings: Settings, voice: str) -> tuple[Check, Any]:
     """The voice found, its files checked as hostile, and loaded by Piper as speak_text will."""
-    from mcp_listen.voice.check import check_voice as check_files
-    from mcp_listen.voice.names import resolve_voice
-    from mcp_listen.voice.store import search_dirs
-    from mcp_listen.voice.synth import Synthesizer
+    from mcp_listen.engine.parts import Piper
 
     title = "Voice"
+    voices = Piper(settings)  # speak_text's own: the same search, file checks and load
     try:
-        info = check_files(resolve_voice(voice, search_dirs(settings)))
-        Synthesizer().voice(info)
+        info = voices.find(voice)
+        voices.prepare(info)
     except ListenError as exc:
         return Check("voice", title, FAIL, exc.message, _voice_remedy(voice, exc.code), {"voice": voice}), None
     detail = f"{info.name} ({info.language}, {info.sample_rate} Hz, {info.size_bytes / 1e6:.0f} MB) at {info.path}"
