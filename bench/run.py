@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,15 @@ def main(argv: list[str] | None = None) -> int:
         report["targets"] = targets(report)
         shutil.rmtree(workdir, ignore_errors=True)
     out = opts.json or ROOT / "bench" / "results.json"
-    Path(out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    print_summary(report)
-    print(f"\nreport: {out}  ({report['elapsed_s']} s)")
+    save_report(report, Path(out), print_summary)
     return 0
+
+
+def save_report(report: dict[str, Any], out: Path, show: Callable[[dict[str, Any]], None]) -> None:
+    """Write the JSON report (every raw value), show its summary, and say where it went."""
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    show(report)
+    print(f"\nreport: {out}  ({report['elapsed_s']} s)")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -430,10 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     report["summary"] = summarise(report)
     report["targets"] = targets(report["summary"])
-    out = opts.json or ROOT / "bench" / "results-speak.json"
-    Path(out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    print_table(report)
-    print(f"\nreport: {out}  ({report['elapsed_s']} s)")
+    run.save_report(report, Path(opts.json or ROOT / "bench" / "results-speak.json"), print_table)
     return 0
 
 
