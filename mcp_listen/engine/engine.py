@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio import devices as device_list
 from mcp_listen.audio import recordings, wavfile
@@ -67,6 +67,9 @@ from mcp_listen.engine.turn import SpeechFirst
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
+
+if TYPE_CHECKING:
+    from mcp_listen.voice.check import VoiceInfo
 
 
 class Engine:
@@ -325,9 +328,9 @@ class Engine:
         keeps the claim until the speech is over (or the process shuts down).
         """
         received = time.monotonic() if received is None else received
-        voice = self.voices.find(args.voice or self.settings.defaults.voice)
+        voice = self._voice(args.voice)
         device = self.devices.resolve_output(args.device)
-        speed = args.speed if args.speed is not None else DEFAULT_SPEED
+        speed = _speed(args.speed)
         cancel = _linked(stop, self.shutdown)
         claim = self.recorder.claim("speak_text", stop=cancel)
         claim.device, claim.speaking = device.name, True
@@ -345,13 +348,17 @@ class Engine:
             self.recorder.release(claim)
         return Spoken(voice.name, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
 
+    def _voice(self, voice: str | None) -> VoiceInfo:
+        """The voice a call names, or the configured default, found and checked."""
+        return self.voices.find(voice or self.settings.defaults.voice)
+
     def save_speech(self, args: SpeakArgs, out: wavfile.UserFile, *, stop: threading.Event | None = None) -> Path:
         """Say `args.text` into a WAV file at the voice's own rate instead of playing it (CLI `say
         --save`): no sound device is opened or claimed. The voice and the path are checked before
         synthesis; a cancel leaves no file."""
-        voice = self.voices.find(args.voice or self.settings.defaults.voice)
+        voice = self._voice(args.voice)
         out.check()
-        speed = args.speed if args.speed is not None else DEFAULT_SPEED
+        speed = _speed(args.speed)
         cancel = _linked(stop, self.shutdown)
         self.voices.prepare(voice)
         pieces = list(self.voices.synthesize(voice, args.text, speed, cancel))
@@ -376,14 +383,14 @@ class Engine:
         (engine/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
         """
         received = time.monotonic() if received is None else received
-        voice = self.voices.find(args.voice or self.settings.defaults.voice)
+        voice = self._voice(args.voice)
         output = self.devices.resolve_output(args.output_device)
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
         cancel = _linked(stop, self.shutdown)
         session, worker = self._whisper_for(args, cancel)
         portaudio = self.recorder.portaudio.shared
         playback = Playback(self.voices, self.speakers, portaudio, voice, output.index, cancel)
-        turn = SpeechFirst(playback, args.text, args.speed if args.speed is not None else DEFAULT_SPEED)
+        turn = SpeechFirst(playback, args.text, _speed(args.speed))
         try:
             with self.recorder.claimed("converse", stop=cancel) as claim:
                 claim.speaking = True
@@ -407,6 +414,10 @@ def _spoken(voice: str, played: Played | None, received: float) -> Spoken:
     if played is None:
         return Spoken(voice, 0, None, interrupted=False)
     return Spoken(voice, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
+
+
+def _speed(speed: float | None) -> float:
+    return speed if speed is not None else DEFAULT_SPEED
 
 
 def _ms_between(start: float, end: float | None) -> int | None:
