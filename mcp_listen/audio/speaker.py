@@ -37,6 +37,10 @@ CLOSE_WAIT_S = 1.0
 MAX_DRAIN_S = 1.0
 """The longest output latency believed: PortAudio's JACK host reports 89,478 s for a client that sets no
 port latency (an unsigned wrap), and the drain would wait that long. Bluetooth speakers report ~0.3 s."""
+AHEAD_S = 3.0
+"""The most audio `feed` queues ahead of what has been written: more than the longest sentence takes to
+synthesise on a busy machine (~0.5 s for MAX_RUN_WORDS words), so the speaker never waits for Piper,
+while a long text is synthesised as it is spoken rather than all at once."""
 LATENCY_S = 0.2
 """The device's buffer: room for scheduling jitter while the next sentence is synthesised on a busy
 machine (with PortAudio's "low", 40 ms, a long text underflowed 1-3 times on two busy cores). It costs
@@ -122,8 +126,14 @@ class Speaker:
             raise self.error
 
     def feed(self, samples: Any) -> None:
-        """Queue int16 mono samples behind what is already playing; raises if the device is gone."""
+        """Queue int16 mono samples behind what is already playing, once less than AHEAD_S is queued;
+        raises if the device is gone. Returns at once, dropping them, when the stop event is set."""
         self._raise_if_lost()
+        while self._fed - self._frames > AHEAD_S * self.device_rate and not self._done.is_set():
+            if self._stop.is_set():
+                return
+            time.sleep(0.02)
+            self._raise_if_lost()
         if self._resampler is not None:
             samples = self._resampler.resample_chunk(samples)
         self._fed += len(samples)

@@ -2,16 +2,21 @@
 (speak_text, wait: true) or a thread of its own (`start`): speak_text with wait: false, which holds
 the device until the speech ends, and converse, which listens meanwhile (engine/turn.py).
 
-Synthesis runs here while the speaker's writer thread plays what came before: the first, short
-piece (voice/pieces.py) sounds while the next sentence is being synthesised.
+Synthesis runs in a thread of its own ("mcp-listen-synth") while the speaker's writer thread plays
+what came before: the first, short piece (voice/pieces.py) sounds while the next sentence is being
+synthesised. It runs at most one sentence ahead of what the speaker holds (the speaker itself keeps
+no more than audio/speaker.py's AHEAD_S queued), so a long text is not rendered all at once, and a
+cancel frees the device without waiting for the sentence Piper is still rendering: that sentence
+is finished in the background and dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from mcp_listen.contract.results import AnyOf, Cancel
 
@@ -22,6 +27,10 @@ if TYPE_CHECKING:
     from mcp_listen.voice.check import VoiceInfo
 
 log = logging.getLogger(__name__)
+
+POLL_S = 0.01
+"""How often a wait for the next sentence (or for room for it) looks at the cancel event."""
+_DONE = object()
 
 
 class Playback:
@@ -56,7 +65,7 @@ class Playback:
             self._voices.prepare(self.voice)
             with self._speakers(self._portaudio, self._device, self.voice.sample_rate, self._cancel) as out:
                 self._speaker = out
-                for samples in self._voices.synthesize(self.voice, text, speed, self._cancel):
+                for samples in ahead(self._voices.synthesize(self.voice, text, speed, self._cancel), self._cancel):
                     out.feed(samples)
                 self.played = out.finish()
                 return self.played
@@ -99,3 +108,42 @@ class Playback:
             raise self.error
         speaker = self._speaker
         return speaker.first_audio_at if speaker is not None else None
+
+
+def ahead(sentences: Iterator[Any], cancel: Cancel) -> Iterator[Any]:
+    """`sentences` produced in a thread of its own, at most one ahead of the consumer; ends at once on a
+    cancel (the producer finishes the item in hand, then stops), and re-raises the producer's error."""
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=1)
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for item in sentences:
+                if not _put(handoff, item, cancel):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
+            failure.append(exc)
+        _put(handoff, _DONE, cancel)
+
+    threading.Thread(target=produce, name="mcp-listen-synth", daemon=True).start()
+    while not cancel.is_set():
+        try:
+            item = handoff.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+        if item is _DONE:
+            if failure:
+                raise failure[0]
+            return
+        yield item
+
+
+def _put(handoff: queue.Queue[Any], item: Any, cancel: Cancel) -> bool:
+    """Hand `item` over once there is room; False when the speech was cancelled meanwhile."""
+    while not cancel.is_set():
+        try:
+            handoff.put(item, timeout=POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
-ECHO_TAIL_S = 0.05
-"""The room's echo after the speaker fell silent: a living room's reverberation is down by 60 dB
-within ~0.3-0.5 s, by far more than the VAD needs within the first 50 ms."""
+ECHO_TAIL_S = 0.03
+"""The room's echo after the speaker fell silent: its first reflections arrive within ~30 ms (a 10 m
+path), and the late reverberation that follows is 10-20 dB below the direct sound and falling (60 dB
+within a living room's 0.3-0.5 s), too faint and too smeared for Silero's onset, which needs speech
+in a full window. The guard already counts one whole window past the last echo-bearing sample."""
 STOP_WAIT_S = 1.0
 """How long leaving the turn early waits for the speech to stop (it takes about one block)."""
 

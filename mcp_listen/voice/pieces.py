@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 
-MAX_FIRST_WORDS = 6
-"""The first piece has at most this many words: about a second of speech, synthesised in a fraction of that."""
+MAX_FIRST_WORDS = 4
+"""The first piece has at most this many words: about a second of speech, which Piper renders in ~95 ms on
+two cores (six words take ~125 ms, three ~90 ms: bench/speak.py's in-process figure)."""
 _WORD = re.compile(r"\S+")
 MAX_RUN_WORDS = 30
 """The most words synthesised at once without a sentence end: ~0.5 s of synthesis, well inside the ~8 s
@@ -35,6 +36,12 @@ def first_piece(text: str) -> tuple[str, str]:
             cut = word
             break
     return text[: cut.end()].strip(), text[cut.end() :].strip()
+
+
+def ends_mid_clause(piece: str) -> bool:
+    """Whether `piece` was cut inside a clause (no punctuation closes it): Piper ends it as if it were
+    a sentence, with ~110-170 ms of silence, which voice/synth.py shortens so the next piece follows on."""
+    return not _BOUNDARY.search(piece)
 
 
 def pieces(text: str) -> list[str]:

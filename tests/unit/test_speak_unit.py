@@ -138,23 +138,23 @@ def test_the_default_voice_setting():
 @pytest.mark.parametrize(
     "text, first, rest",
     [
-        ("The quick brown fox jumps over the lazy dog.", "The quick brown fox jumps over", "the lazy dog."),
+        ("The quick brown fox jumps over the lazy dog.", "The quick brown fox", "jumps over the lazy dog."),
         ("Hello, world. How are you?", "Hello,", "world. How are you?"),
         ("Yes; no: maybe", "Yes;", "no: maybe"),
         ("One two three.", "One two three.", ""),
         ("Stop! Then go on and on and on.", "Stop!", "Then go on and on and on."),
         ('He said "no," and left the room at once', 'He said "no,"', "and left the room at once"),
         ("  spaced   out   words  ", "spaced   out   words", ""),
-        ("one two three four five six seven", "one two three four five six", "seven"),
-        ("a 1,000 b 3.5 c d e f", "a 1,000 b 3.5 c d", "e f"),
+        ("one two three four five", "one two three four", "five"),
+        ("a 1,000 b 3.5 c d e f", "a 1,000 b 3.5", "c d e f"),
         ("first\nsecond, third", "first\nsecond,", "third"),
     ],
 )
-def test_the_first_piece_ends_at_the_first_clause_or_after_six_words(text, first, rest):
+def test_the_first_piece_ends_at_the_first_clause_or_after_four_words(text, first, rest):
     assert first_piece(text) == (first, rest)
 
 
-def test_the_first_piece_never_has_more_than_six_words_and_nothing_is_lost():
+def test_the_first_piece_never_has_more_than_four_words_and_nothing_is_lost():
     text = " ".join(f"w{i}" for i in range(30)) + "."
     head, tail = first_piece(text)
     assert len(head.split()) == MAX_FIRST_WORDS
@@ -163,13 +163,38 @@ def test_the_first_piece_never_has_more_than_six_words_and_nothing_is_lost():
     assert pieces("Short.") == ["Short."]
 
 
+def test_a_piece_cut_inside_a_clause_is_told_apart_from_one_that_ends_at_punctuation():
+    from mcp_listen.voice.pieces import ends_mid_clause
+
+    assert [ends_mid_clause(p) for p in ("The quick brown fox", "Hello,", 'He said "no,"', "Stop!", "a 3.5")] == [
+        True,
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_trailing_silence_is_cut_to_the_seam_pause_and_a_silent_piece_is_kept_whole():
+    import numpy as np
+
+    from mcp_listen.voice.synth import SEAM_PAUSE_S, trailing_silence_cut
+
+    rate = 22050
+    sound = np.concatenate([np.zeros(1000), np.full(5000, 8000), np.full(rate // 5, 50)]).astype(np.int16)
+    cut = trailing_silence_cut(sound, rate)
+    assert len(cut) == 6000 + int(SEAM_PAUSE_S * rate) and (cut[:6000] == sound[:6000]).all()
+    silence = np.zeros(rate, dtype=np.int16)
+    assert len(trailing_silence_cut(silence, rate)) == rate
+
+
 def test_a_run_on_sentence_is_cut_at_its_last_clause_and_sentences_are_left_to_piper():
     words = [f"w{i}" for i in range(100)]
     words[40] += ","
     run_on = " ".join(words)
     said = pieces(run_on)
     assert " ".join(said).split() == run_on.split()  # nothing lost, nothing added
-    assert [len(p.split()) for p in said] == [6, 30, 5, 30, 29]  # the 2nd cut falls at "w40,"
+    assert [len(p.split()) for p in said] == [4, 30, 7, 30, 29]  # the 2nd cut falls at "w40,"
     assert said[2].endswith("w40,")
     sentences = " ".join(f"Sentence number {i} is short." for i in range(40))
     assert len(pieces(sentences)) == 2  # whole sentences: Piper splits them itself
@@ -394,6 +419,57 @@ def test_a_busy_microphone_refuses_speech_before_anything_opens():
     assert outputs.opened == []
 
 
+def test_synthesis_runs_one_sentence_ahead_of_the_speaker_in_order():
+    from mcp_listen.engine.playback import ahead
+
+    made: list[int] = []
+
+    def sentences():
+        for i in range(5):
+            made.append(i)
+            yield i
+
+    stream = ahead(sentences(), threading.Event())
+    assert next(stream) == 0
+    time.sleep(0.1)
+    assert len(made) <= 3  # the one handed over, one waiting, one in the producer's hand
+    assert list(stream) == [1, 2, 3, 4]
+
+
+def test_a_cancel_ends_the_sentences_without_waiting_for_the_one_being_synthesised():
+    from mcp_listen.engine.playback import ahead
+
+    rendering, cancel = threading.Event(), threading.Event()
+
+    def sentences():
+        yield "first"
+        rendering.set()
+        time.sleep(2.0)  # Piper inside one long sentence: it cannot be interrupted
+        yield "late"
+
+    stream = ahead(sentences(), cancel)
+    assert next(stream) == "first"
+    assert rendering.wait(5)
+    threading.Timer(0.05, cancel.set).start()
+    started = time.monotonic()
+    assert list(stream) == []
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_synthesis_error_reaches_the_consumer():
+    from mcp_listen.engine.playback import ahead
+    from mcp_listen.errors import VoiceError
+
+    def sentences():
+        yield 1
+        raise VoiceError("broken voice", code="voice_invalid")
+
+    stream = ahead(sentences(), threading.Event())
+    assert next(stream) == 1
+    with pytest.raises(VoiceError, match="broken voice"):
+        next(stream)
+
+
 # ---------------------------------------------------------------- the speaker, on a fake stream
 
 
@@ -449,6 +525,31 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
         cut = out.finish()
     assert cut.interrupted and cut.frames < 22050 * 10
     assert stream.aborted and not lock.locked()
+
+
+def test_feeding_waits_while_more_than_the_lookahead_is_queued_and_a_stop_drops_the_rest(monkeypatch):
+    import numpy as np
+
+    from mcp_listen.audio import speaker as speakers
+    from mcp_listen.audio.speaker import AHEAD_S
+
+    stream = FakeStream()
+    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: (stream, rate))
+    monkeypatch.setattr(speakers, "AHEAD_S", 0.5)
+    lock, stop = threading.Lock(), threading.Event()
+    second = 22050 * 2  # 2 s of audio: 0.1 s at the fake's pace
+    with speakers.speaker(lock, 3, 22050, stop) as out:
+        out.feed(np.zeros(second, dtype=np.int16))
+        started = time.monotonic()
+        out.feed(np.zeros(second, dtype=np.int16))  # waits until <= 0.5 s of the first is left
+        waited = time.monotonic() - started
+        written = sum(stream.writes)
+        stop.set()
+        out.feed(np.zeros(second, dtype=np.int16))  # returns at once: the speech is over
+        cut = out.finish()
+    assert AHEAD_S > 0.5 and waited > 0.02
+    assert written >= second - 22050 * 0.5 - 22050 * speakers.BLOCK_MS // 1000
+    assert cut.interrupted and not lock.locked()
 
 
 def test_a_speaker_that_refuses_the_voices_rate_plays_it_resampled_to_its_own(monkeypatch):
