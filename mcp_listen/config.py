@@ -209,6 +209,12 @@ def _silence_ms(raw: str) -> int:
     return _whole(raw, limits.MIN_SILENCE_MS, limits.MAX_SILENCE_MS)
 
 
+def _boolean(raw: str) -> bool:
+    if raw.strip().lower() not in ("true", "false"):
+        raise ValueError(raw)
+    return raw.strip().lower() == "true"
+
+
 def _end_of_turn(raw: str) -> str:
     if raw not in limits.END_OF_TURN_MODES:
         raise ValueError(raw)
@@ -340,6 +346,7 @@ _DEFAULTS = {
     "silence_ms": ("MCP_LISTEN_SILENCE_MS", _silence_ms, limits.ACCEPTED["silence_ms"]),
     "end_of_turn": ("MCP_LISTEN_END_OF_TURN", _end_of_turn, limits.ACCEPTED["end_of_turn"]),
     "voice": ("MCP_LISTEN_VOICE", _name(limits.MAX_VOICE_CHARS), "a Piper voice name, file name or path"),
+    "barge_in": ("MCP_LISTEN_BARGE_IN", _boolean, limits.ACCEPTED["barge_in"]),
 }
 
 

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +103,9 @@ class Speaker:
         self.underflows = 0
         """Writes during which the device ran dry (synthesis slower than speech: a gap was heard)."""
         self.error: BaseException | None = None
+        self.tap: Callable[[Any, float], None] | None = None
+        """Called in the writer thread with every block (at device_rate) and the time.monotonic() it was
+        handed to the device: barge-in's echo reference (audio/echo.py). Set before the first feed."""
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -224,7 +227,10 @@ class Speaker:
             for start in range(0, len(samples), block):
                 if self._stopping():
                     return
-                if self._write(stream, samples[start : start + block]) and self._frames:
+                piece = samples[start : start + block]
+                if self.tap is not None:
+                    self.tap(piece, time.monotonic())
+                if self._write(stream, piece) and self._frames:
                     self.underflows += 1
                 if self.first_audio_at is None:
                     self.first_audio_at = time.monotonic()

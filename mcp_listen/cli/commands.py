@@ -111,11 +111,15 @@ def converse(opts: argparse.Namespace, settings: Settings) -> int:
 
     if not available():
         raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
-    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "text", "voice", "speed", "output_device")
+    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "text", "voice", "speed", "output_device", "barge_in")
     args = contracts.parse_args(contracts.ConverseArgs, tool_args(opts, fields))
 
     def turn(say: _Say) -> Any:
         result = Engine(settings).converse(args, progress=say)
+        if result.cut_in_after_s is not None:
+            say(0, None, f"(the speech stopped {result.cut_in_after_s * 1000:.0f} ms in: you spoke over it)")
+        elif result.spoken.played_ms is not None:
+            say(0, None, "(the speech played to its end: nobody spoke over it)")
         if result.listening_after_s is not None:
             say(0, None, f"(listening began {result.listening_after_s * 1000:.0f} ms after the speech ended)")
         return result

@@ -107,6 +107,12 @@ def _converse(sub: Any) -> None:
     converse.add_argument("--voice", help=f"Piper voice name, file name or path (default {limits.DEFAULT_VOICE})")
     converse.add_argument("--speed", type=float, help=f"speaking rate, {limits.MIN_SPEED:g}-{limits.MAX_SPEED:g}")
     converse.add_argument("--output-device", help="speaker id, index or name (see: mcp-listen devices --kind output)")
+    converse.add_argument(
+        "--barge-in",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let the user talk over the speech: it stops when they speak (default MCP_LISTEN_BARGE_IN, else off)",
+    )
     _recording_options(converse, stop_default=True, dictation=True)
     _whisper_options(converse)
 

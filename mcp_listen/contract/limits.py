@@ -96,6 +96,7 @@ class Defaults:
     silence_ms: int = DEFAULT_SILENCE_MS
     end_of_turn: str = DEFAULT_END_OF_TURN
     voice: str = DEFAULT_VOICE
+    barge_in: bool = False
 
     def words(self) -> dict[str, Any]:
         """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
@@ -108,6 +109,7 @@ ACCEPTED = {
     "silence_ms": f"an integer from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} (milliseconds)",
     "device": "a non-negative integer index or a non-empty string id (or device name) from list_audio_devices",
     "stop_on_silence": "a boolean",
+    "barge_in": 'a boolean ("true" or "false")',
     "kind": 'one of "input" (microphones, the default), "output" (speakers) or "all"',
     "end_of_turn": 'one of "silence" (the turn ends after silence_ms) or "smart" (later when the words sound '
     "unfinished)",

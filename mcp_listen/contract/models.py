@@ -275,6 +275,13 @@ class ConverseArgs(TranscribeArgs):
         description='Device to speak on: the stable `id` from list_audio_devices with kind "output" (preferred), '
         "its integer `index`, or its name. Default: the system default output. `device` is the microphone.",
     )
+    barge_in: Optional[StrictBool] = Field(
+        default=None,
+        description="Let the user talk over the speech: the microphone listens while it plays (its echo "
+        "cancelled), the speech stops when the user speaks, and what they said from their first word is the "
+        "answer (spoken.interrupted true, spoken.played_ms how much they heard). false: listen only after the "
+        "speech. Default {barge_in}.",
+    )
 
 
 class GetStatusArgs(_Args):
@@ -353,6 +360,9 @@ class SpokenPart(_Result):
     """From the call's arrival to the first samples handed to the sound device; null if none were."""
     interrupted: bool
     """True when the speech was cut short."""
+    played_ms: Optional[int] = None
+    """Only with barge_in: how much of the speech the user heard before the speech stopped (all of it
+    when nobody cut in); duration_ms is the same figure."""
 
 
 class ConverseResult(TranscribeResult):

@@ -129,6 +129,8 @@ class Spoken:
     first_audio_ms: int | None
     """Call received -> first samples handed to the sound device; None when nothing was played."""
     interrupted: bool = False
+    played_ms: int | None = None
+    """converse with barge_in only: what the user heard of the speech."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,9 @@ class Conversed:
     """What was said first (its duration_ms is never None: converse waits for the speech to end)."""
     listening_after_s: float | None = None
     """From the last sample leaving the speaker to the microphone taken as the user's (not on the wire)."""
+    cut_in_after_s: float | None = None
+    """barge_in: from the speech's first sound to the user's voice stopping it; None when it played out
+    (not on the wire: the CLI says it)."""
 
 
 class Tools(Protocol):
@@ -191,9 +196,9 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken |
             status["speaking"] = True
         return StatusResult(**status).public()
     if isinstance(result, Spoken):
-        return SpeakResult(**vars(result)).public()
+        return SpeakResult(**_spoken(result)).public()
     if isinstance(result, Conversed):
-        return ConverseResult(**wire(result.answer), spoken=SpokenPart(**vars(result.spoken))).public()
+        return ConverseResult(**wire(result.answer), spoken=SpokenPart(**_spoken(result.spoken))).public()
     raise TypeError(f"not an engine result: {type(result).__name__}")
 
 
@@ -202,6 +207,14 @@ def _captured(result: Captured) -> dict[str, Any]:
     if result.stopped_by is not None:
         fields.update(stopped_by=result.stopped_by, speech_detected=result.speech_detected)
     return CaptureResult(**fields, **_warning(result.warning)).public()
+
+
+def _spoken(spoken: Spoken) -> dict[str, Any]:
+    """Spoken's fields; `played_ms` only when set (converse with barge_in)."""
+    fields = vars(spoken).copy()
+    if fields["played_ms"] is None:
+        del fields["played_ms"]
+    return fields
 
 
 def _warning(warning: str | None) -> dict[str, Any]:

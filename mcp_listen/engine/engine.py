@@ -17,14 +17,16 @@ only when the model is not resident (tests/unit/test_engine_unit.py proves both)
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio import devices as device_list
-from mcp_listen.audio import recordings, wavfile
+from mcp_listen.audio import echo, recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
 from mcp_listen.audio.speaker import Played, speaker
 from mcp_listen.config import Settings, default_recordings_dir
@@ -50,6 +52,7 @@ from mcp_listen.contract.results import (
     Transcribed,
 )
 from mcp_listen.engine import memory
+from mcp_listen.engine.barge import BargeIn
 from mcp_listen.engine.parts import (
     Asking,
     DeviceList,
@@ -67,9 +70,13 @@ from mcp_listen.engine.turn import SpeechFirst
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
+from mcp_listen.speech.vad import SileroVAD
 
 if TYPE_CHECKING:
     from mcp_listen.voice.check import VoiceInfo
+
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -98,6 +105,8 @@ class Engine:
         self.speakers: Speakers = speakers or speaker
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
+        self._onset_vad: VoiceDetector | None = None
+        """Barge-in's own Silero session (the listener's keeps its state for the listener), made on first use."""
 
     # ------------------------------------------------------------------ devices and status
 
@@ -390,7 +399,7 @@ class Engine:
         session, worker = self._whisper_for(args, cancel)
         portaudio = self.recorder.portaudio.shared
         playback = Playback(self.voices, self.speakers, portaudio, voice, output.index, cancel)
-        turn = SpeechFirst(playback, args.text, _speed(args.speed))
+        turn, warning = self._turn(playback, args)
         try:
             with self.recorder.claimed("converse", stop=cancel) as claim:
                 claim.speaking = True
@@ -405,7 +414,27 @@ class Engine:
         finally:
             turn.close()
         words = self._words_of(heard, worker, plan, progress)
-        return Conversed(words, _spoken(voice.name, playback.played, received), turn.listening_after_s)
+        if warning is not None:
+            words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")
+        spoken = _spoken(voice.name, playback.played, received)
+        if not isinstance(turn, BargeIn):
+            return Conversed(words, spoken, turn.listening_after_s)
+        return Conversed(words, replace(spoken, played_ms=spoken.duration_ms), None, turn.cut_in_after_s)
+
+    def _turn(self, playback: Playback, args: ConverseArgs) -> tuple[SpeechFirst, str | None]:
+        """The turn converse takes: half-duplex, or with barge-in when it is asked for (the argument,
+        else MCP_LISTEN_BARGE_IN) and the echo canceller is there; without it, half-duplex and a
+        warning, never a turn that hears the agent's voice as the user's."""
+        barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
+        speed = _speed(args.speed)
+        if not barge_in:
+            return SpeechFirst(playback, args.text, speed), None
+        if not echo.available():
+            log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
+            return SpeechFirst(playback, args.text, speed), echo.ECHO_UNAVAILABLE
+        if self._onset_vad is None:
+            self._onset_vad = SileroVAD()
+        return BargeIn(playback, args.text, speed, self._onset_vad), None
 
 
 def _spoken(voice: str, played: Played | None, received: float) -> Spoken:

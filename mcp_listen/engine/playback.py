@@ -58,6 +58,8 @@ class Playback:
         self.error: BaseException | None = None
         self.played: Played | None = None
         """What reached the device, once it ended without an error."""
+        self.on_open: Callable[[Speaker], None] | None = None
+        """Called with the open speaker before anything is fed to it (barge-in taps what it plays)."""
 
     def run(self, text: str, speed: float) -> Played:
         """Synthesise and play it all; returns what reached the device (interrupted on a cancel)."""
@@ -65,6 +67,8 @@ class Playback:
             self._voices.prepare(self.voice)
             with self._speakers(self._portaudio, self._device, self.voice.sample_rate, self._cancel) as out:
                 self._speaker = out
+                if self.on_open is not None:
+                    self.on_open(out)
                 for samples in ahead(self._voices.synthesize(self.voice, text, speed, self._cancel), self._cancel):
                     out.feed(samples)
                 self.played = out.finish()

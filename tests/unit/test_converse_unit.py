@@ -125,3 +125,152 @@ def test_leaving_the_turn_early_stops_the_speech_and_never_one_that_did_not_star
         next(windows)  # every window was the speech's: it never ended
     turn.close()
     assert playback.started and playback.stopped
+
+
+# ---------------------------------------------------------------- barge-in
+
+
+class Windows:
+    """int16 windows numbered 0.. (every sample is the number); `during(i)` runs before window i."""
+
+    latency_s = 0.02
+
+    def __init__(self, count: int, during: Any) -> None:
+        self.count, self.during = count, during
+
+    def __iter__(self):
+        import numpy as np
+
+        for i in range(self.count):
+            self.during(i)
+            yield np.full(512, i, dtype=np.int16)
+
+
+class MarkedSpeech:
+    """A VAD that hears speech in the windows numbered in `speech`."""
+
+    def __init__(self, speech: set[int]) -> None:
+        self.speech = speech
+
+    def reset(self) -> None: ...
+
+    def hear(self, window: Any, run: bool = True) -> tuple[float, float]:
+        return (0.9 if int(window[0]) in self.speech else 0.1), -30.0
+
+
+class KeepsNear:
+    """A canceller that takes nothing out and remembers each reference it was handed."""
+
+    def __init__(self) -> None:
+        self.references: list[Any] = []
+        self.resets = 0
+
+    def clean(self, near: Any, far: Any) -> Any:
+        self.references.append(far)
+        return near
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def _speaking_for(playback: FakePlayback, seconds: float) -> Any:
+    """The speaker opens: `playback.on_open` taps it, and its first block was played `seconds` ago."""
+    import numpy as np
+
+    speaker = SimpleNamespace(device_rate=16000, tap=None)
+    playback.on_open(speaker)  # type: ignore[attr-defined]
+    speaker.tap(np.ones(16000 * 5, dtype=np.int16), time.monotonic() - seconds)
+    return speaker
+
+
+def _settled_window() -> int:
+    """The first window from which a barge-in counts when every reference holds sound: a second's worth
+    to measure the delay, then SETTLE_S."""
+    from mcp_listen.audio.echo import ALIGN_SAMPLES
+    from mcp_listen.engine.barge import SETTLE_S
+
+    return -(-ALIGN_SAMPLES // 512) + round(SETTLE_S / WINDOW_S)
+
+
+def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_with_the_pre_roll():
+    from mcp_listen.engine.barge import ONSET_WINDOWS, PRE_ROLL_WINDOWS, BargeIn
+
+    playback = FakePlayback()
+    onset = _settled_window() + 20
+    speech = set(range(onset, onset + 30))
+
+    def during(i: int) -> None:
+        if i == 0:
+            _speaking_for(playback, 1.0)
+
+    canceller = KeepsNear()
+    turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller)  # type: ignore[arg-type]
+    live: list[int] = []
+    heard = [int(w[0]) for w in turn.windows(Windows(onset + 40, during), lambda: live.append(1))]
+    cut_at = onset + ONSET_WINDOWS - 1
+    assert playback.stopped and live == [1]
+    assert heard == list(range(cut_at - PRE_ROLL_WINDOWS + 1, onset + 40))  # from before the first syllable on
+    assert turn.cut_in_after_s is not None and turn.cut_in_after_s >= 1.0
+    assert canceller.resets == 0  # constant windows: no echo found, the search lead is kept
+
+
+def test_a_short_sound_while_speaking_or_a_long_one_in_the_first_moments_does_not_stop_the_speech():
+    from mcp_listen.engine.barge import ONSET_WINDOWS, BargeIn
+
+    playback = FakePlayback()
+    settled = _settled_window()
+    early = set(range(5, 5 + ONSET_WINDOWS + 5)) | set(range(settled - ONSET_WINDOWS - 2, settled - 1))
+    blips = set(range(settled + 5, settled + 4 + ONSET_WINDOWS)) | set(
+        range(settled + 20, settled + 19 + ONSET_WINDOWS)
+    )
+    end = settled + 40
+
+    def during(i: int) -> None:
+        if i == 0:
+            _speaking_for(playback, 0.0)
+        if i == end:
+            playback.end(time.monotonic() - 1.0)
+
+    turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(early | blips), KeepsNear())  # type: ignore[arg-type]
+    heard = [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
+    assert not playback.stopped and turn.cut_in_after_s is None
+    assert heard == list(range(end, end + 5))  # played out: the half-duplex guard was long over
+
+
+def test_the_delay_of_an_echo_is_measured_and_the_reference_then_leads_it_just_enough():
+    import numpy as np
+
+    from mcp_listen.audio.echo import ALIGN_SAMPLES, ALIGNED_LEAD_S, SEARCH_LEAD_S, Aligner, echo_lag_s
+
+    rng = np.random.default_rng(7)
+    played = (rng.standard_normal(3 * ALIGN_SAMPLES) * 3000).astype(np.int16)
+    lag = 1600  # the echo 100 ms behind the reference taken SEARCH_LEAD_S ahead
+    near = np.concatenate([np.zeros(lag, np.int16), played[:-lag]]) // 2
+    assert echo_lag_s(near[:ALIGN_SAMPLES], played[:ALIGN_SAMPLES]) == lag / 16000
+    aligner, changed = Aligner(), []
+    for start in range(0, 2 * ALIGN_SAMPLES, 512):
+        changed.append(aligner.add(near[start : start + 512], played[start : start + 512]))
+    assert changed.count(True) == 1 and aligner.done
+    assert abs(aligner.lead_s - (SEARCH_LEAD_S + ALIGNED_LEAD_S - 0.1)) < 1e-9
+    quiet = Aligner()  # headphones: no echo in what the microphone hears
+    for start in range(0, 2 * ALIGN_SAMPLES, 512):
+        quiet.add(rng.integers(-50, 50, 512).astype(np.int16), played[start : start + 512])
+    assert quiet.done and quiet.measured_lag_s is None and quiet.lead_s == SEARCH_LEAD_S
+
+
+def test_the_reference_is_what_was_played_when_the_window_was_heard_led_by_the_lead():
+    import numpy as np
+
+    from mcp_listen.audio.echo import FarEnd
+
+    lead = 0.08
+    far = FarEnd(16000)
+    assert not far.reference(time.monotonic(), lead).any()  # nothing played yet: silence
+    start = time.monotonic()
+    far.played(np.arange(16000, dtype=np.int16), start)
+    far.played(np.arange(16000, 32000, dtype=np.int16), start + 1.0)
+    ref = far.reference(start + 0.5 - lead, lead)
+    assert abs(int(ref[0]) - 8000) <= 40 and len(ref) == 512  # the resampler's delay, nothing more
+    ahead = far.reference(start - lead - 0.01, lead)
+    assert not ahead[:150].any() and ahead[-100:].any()
+    assert not far.reference(start + 10, lead).any()  # after the speech: silence

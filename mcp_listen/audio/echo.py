@@ -1,0 +1,179 @@
+"""Echo cancellation for barge-in: what the speaker played, kept on the clock the microphone's windows
+arrive on (FarEnd), the delay between the two measured (Aligner), and WebRTC's AEC3 removing the echo
+from each window (Canceller).
+
+The canceller is pywebrtc-audio (Apache-2.0, part of the `speak` extra). AEC3 finds the delay between
+the played samples and their echo by itself, but only when the reference leads the echo, and it is
+slow to do so: measured offline on Piper speech, an echo 0 ms behind its reference is down 53 dB
+within a second, one 80 ms behind only 17 dB after two (52 dB once it has converged, none past
+~500 ms). So the reference is placed on the clock, not merely queued: sample k of the speech is
+heard at the first write's time + k / rate (a blocking output stream plays what it is given back to
+back), and a window is taken to hold what was heard at its arrival time minus the microphone's input
+latency. What that estimate misses (the sound server's own buffering, the room) the Aligner measures
+in the first second of speech by cross-correlation, and the reference is then handed in
+ALIGNED_LEAD_S ahead of the echo.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from typing import Any
+
+from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
+
+SEARCH_LEAD_S = 0.25
+"""How far ahead of the window's estimated time the reference is taken until the delay is measured: the
+echo then lags it by 0.25 s give or take the estimate's error, inside AEC3's reach either way."""
+ALIGNED_LEAD_S = 0.01
+"""How far the reference leads the echo once the delay is measured: AEC3 converges at once near zero,
+and must never see the echo before its reference."""
+MAX_LAG_S = 0.5
+"""The longest echo delay looked for, behind a reference taken SEARCH_LEAD_S ahead."""
+ALIGN_SAMPLES = SAMPLE_RATE
+"""Reference and microphone samples correlated to measure the delay: a second of played speech."""
+MIN_CORRELATION = 0.3
+"""The normalised cross-correlation peak below which no echo is taken to be there (headphones): the
+search lead is kept."""
+ECHO_UNAVAILABLE = (
+    "Barge-in needs the echo canceller (pywebrtc-audio, part of the speak extra), which is not installed: "
+    "this turn listened after the speech instead. Install it: pip install 'mcp-listen[speak]'."
+)
+
+
+def available() -> bool:
+    """Whether the canceller can be imported; imports nothing."""
+    try:
+        return importlib.util.find_spec("pywebrtc_audio") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class FarEnd:
+    """The speech as played, resampled to the microphone's 16 kHz, with the time its first sample was
+    handed to the device. Fed by the speaker's writer thread, read by the microphone's."""
+
+    def __init__(self, voice_rate: int) -> None:
+        self._voice_rate = voice_rate
+        self._lock = threading.Lock()
+        self._resampler: Any = None
+        self._samples: Any = None
+        """The speech so far at 16 kHz, in a buffer that doubles when full; `_length` of it are filled."""
+        self._length = 0
+        self.started_at: float | None = None
+
+    def played(self, block: Any, at: float) -> None:
+        """`block` (int16 at the voice's rate) was handed to the device at `at` (time.monotonic())."""
+        import numpy as np
+
+        if self._resampler is None:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(self._voice_rate, SAMPLE_RATE, 1, dtype="int16", quality="MQ")
+        resampled = np.asarray(self._resampler.resample_chunk(block), dtype=np.int16)
+        with self._lock:
+            if self.started_at is None:
+                self.started_at = at
+            end = self._length + len(resampled)
+            if self._samples is None or end > len(self._samples):
+                grown = np.zeros(
+                    max(end, 2 * (0 if self._samples is None else len(self._samples)), SAMPLE_RATE), np.int16
+                )
+                if self._samples is not None:
+                    grown[: self._length] = self._samples[: self._length]
+                self._samples = grown
+            self._samples[self._length : end] = resampled
+            self._length = end
+
+    def reference(self, heard_from: float, lead_s: float, samples: int = WINDOW_SAMPLES) -> Any:
+        """The `samples` played from `heard_from` + `lead_s` on (zeros before the speech and after it)."""
+        import numpy as np
+
+        out = np.zeros(samples, dtype=np.int16)
+        with self._lock:
+            if self.started_at is None:
+                return out
+            start = round((heard_from + lead_s - self.started_at) * SAMPLE_RATE)
+            first, last = max(start, 0), min(start + samples, self._length)
+            if last > first:
+                out[first - start : last - start] = self._samples[first:last]
+        return out
+
+
+class Aligner:
+    """The lead to take the reference with: SEARCH_LEAD_S until a second of played speech and what the
+    microphone heard meanwhile show how far the echo lags it, then just enough to lead the echo."""
+
+    def __init__(self) -> None:
+        self.lead_s = SEARCH_LEAD_S
+        self.measured_lag_s: float | None = None
+        """The echo's lag behind the search reference; None until measured (or when there is no echo)."""
+        self._near: list[Any] = []
+        self._far: list[Any] = []
+        self._collected = 0
+        self.done = False
+
+    def add(self, near: Any, far: Any) -> bool:
+        """One window and the reference it was cleaned with; True when the lead just changed (the
+        canceller starts afresh then: measured, AEC3 adapted to one delay takes seconds to follow a
+        new one, while a fresh one at the right delay converges within a second)."""
+        if self.done or not far.any():
+            return False
+        self._near.append(near)
+        self._far.append(far)
+        self._collected += len(far)
+        if self._collected >= ALIGN_SAMPLES:
+            self.done = True
+            lag = echo_lag_s(_joined(self._near), _joined(self._far))
+            self._near, self._far = [], []
+            if lag is not None:
+                self.measured_lag_s = lag
+                self.lead_s = SEARCH_LEAD_S + ALIGNED_LEAD_S - lag  # negative: the echo comes later than estimated
+                return True
+        return False
+
+
+def echo_lag_s(near: Any, far: Any) -> float | None:
+    """How far `near` lags `far` (0 to MAX_LAG_S), by the peak of their normalised cross-correlation;
+    None when no peak reaches MIN_CORRELATION (no echo to speak of)."""
+    import numpy as np
+
+    n = len(near)
+    x, y = near.astype(np.float64), far.astype(np.float64)
+    x -= x.mean()
+    y -= y.mean()
+    size = 1 << (2 * n - 1).bit_length()
+    correlation = np.fft.irfft(np.fft.rfft(x, size) * np.conj(np.fft.rfft(y, size)), size)
+    max_lag = min(int(MAX_LAG_S * SAMPLE_RATE), n - 1)
+    lags = correlation[: max_lag + 1]
+    scale = float(np.sqrt(np.dot(x, x) * np.dot(y, y)))
+    if scale == 0.0:
+        return None
+    best = int(np.argmax(lags))
+    if lags[best] / scale < MIN_CORRELATION:
+        return None
+    return best / SAMPLE_RATE
+
+
+def _joined(windows: list[Any]) -> Any:
+    import numpy as np
+
+    return np.concatenate(windows)
+
+
+class Canceller:
+    """AEC3 on 16 kHz mono windows, one instance per turn (it is not thread-safe: the microphone's
+    thread alone calls it)."""
+
+    def __init__(self) -> None:
+        from pywebrtc_audio import EchoCanceller
+
+        self._aec = EchoCanceller(SAMPLE_RATE, 1)
+
+    def clean(self, near: Any, far: Any) -> Any:
+        """`near` (what the microphone heard) without the echo of `far` (what was played then)."""
+        return self._aec.process(near, far)
+
+    def reset(self) -> None:
+        """Forget the echo path learnt so far (the reference's alignment changed)."""
+        self._aec.reset()

@@ -1,0 +1,161 @@
+"""One conversation turn with barge-in: the microphone stays live while the agent speaks, its windows
+echo-cancelled with the played samples as the reference (audio/echo.py), and the user talking over
+the agent stops the speech; their words from the first syllable on are the answer.
+
+The rule for "the user talks" is stricter while the agent speaks than the listener's own onset:
+ONSET_WINDOWS windows in a row that Silero (a session of this turn's own, apart from the listener's)
+calls speech in the cleaned signal, and only once the echo's delay is measured (the first second of
+speech) and the canceller has had SETTLE_S to learn the echo path: a user cannot cut in during the
+speech's first ~1.3 s. Then the speech stops, and the windows of that run, with the ones before it
+(PRE_ROLL_WINDOWS in all), go to the listener first: nothing the user said is lost. A speech
+played out with nobody cutting in ends as the half-duplex turn does (engine/turn.py): the windows
+until the echo has died away are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp_listen.audio.echo import ALIGNED_LEAD_S, Aligner, Canceller, FarEnd
+from mcp_listen.engine.turn import STOP_WAIT_S, WINDOW_S, SpeechFirst
+
+if TYPE_CHECKING:
+    from mcp_listen.audio.speaker import Speaker
+    from mcp_listen.engine.parts import WindowSource
+    from mcp_listen.engine.playback import Playback
+    from mcp_listen.speech.listener import VoiceDetector
+
+log = logging.getLogger(__name__)
+
+
+class Cleaning(Protocol):
+    """An echo canceller (audio.echo.Canceller): a window and what was played meanwhile -> the window without it."""
+
+    def clean(self, near: Any, far: Any) -> Any: ...
+
+    def reset(self) -> None: ...
+
+
+ONSET_WINDOWS = 5
+"""Windows in a row of speech in the cleaned signal that count as the user talking over the agent:
+160 ms, so the speaker falls silent ~250 ms after the user began (160 ms + one window + the input
+latency + one speaker block), while a residue of the agent's own voice, which comes and goes within
+a syllable, never makes five."""
+ONSET_PROBABILITY = 0.6
+"""Silero's probability from which a cleaned window counts toward the run (the listener's own onset uses 0.5)."""
+SETTLE_S = 0.3
+"""Listening after the echo's delay was measured (audio/echo.py: Aligner, the first second of speech)
+before a barge-in counts: the fresh canceller's first estimate of the echo path."""
+PRE_ROLL_WINDOWS = ONSET_WINDOWS + 10
+"""Windows handed to the listener when the user cuts in: the run and ~0.3 s before it. Silero is slow to
+call the first syllable speech through the agent's voice and the canceller's double-talk damping."""
+
+
+class BargeIn(SpeechFirst):
+    """converse with barge_in: the agent's speech, which the user's own speech stops."""
+
+    def __init__(
+        self, playback: Playback, text: str, speed: float, vad: VoiceDetector, canceller: Cleaning | None = None
+    ) -> None:
+        super().__init__(playback, text, speed)
+        self._vad = vad
+        self._far: FarEnd | None = None
+        self._canceller: Cleaning = canceller or Canceller()
+        self._anchor: float | None = None
+        self._count = 0
+        self.aligner = Aligner()
+        self._aligned_at: int | None = None
+        """The window from which the reference is aligned with the echo (None until then)."""
+        self.barged_at: float | None = None
+        """time.monotonic() when the user's speech stopped the agent's; None when it played out."""
+        playback.on_open = self._tap
+
+    def windows(self, microphone: WindowSource, on_listening: Callable[[], None]) -> Iterator[Any]:
+        """Start the speech; while it plays, look for the user in the cleaned windows and stop it when
+        they speak; then hand on every window (cleaned) from the start of their speech."""
+        self._vad.reset()
+        self.playback.start(self._text, self._speed)
+        self._started = True
+        latency = microphone.latency_s
+        recent: deque[Any] = deque(maxlen=PRE_ROLL_WINDOWS)
+        run = 0
+        heard = iter(microphone)
+        for window in heard:
+            clean = self._cleaned(window, latency)
+            if self.playback.ended.is_set():
+                yield from self._after_the_speech(clean, heard, latency, on_listening)
+                return
+            recent.append(clean)
+            run = run + 1 if self._vad.hear(clean)[0] >= ONSET_PROBABILITY else 0
+            if run >= ONSET_WINDOWS and self._settled():
+                self._cut_in(on_listening)
+                yield from recent
+                break
+        for window in heard:
+            yield self._cleaned(window, latency)
+
+    def _after_the_speech(
+        self, clean: Any, heard: Iterator[Any], latency: float, on_listening: Callable[[], None]
+    ) -> Iterator[Any]:
+        """The speech played out: the half-duplex guard (the windows that may hold its echo are dropped),
+        then the cleaned windows."""
+        while self._still_echo(latency):
+            window = next(heard, None)
+            if window is None:
+                return
+            clean = self._cleaned(window, latency)
+        self._listening(on_listening)
+        yield clean
+        for window in heard:
+            yield self._cleaned(window, latency)
+
+    def _tap(self, speaker: Speaker) -> None:
+        """The speaker is open: every block it writes becomes the echo reference."""
+        self._far = FarEnd(speaker.device_rate)
+        speaker.tap = self._far.played
+
+    def _cleaned(self, window: Any, input_latency_s: float) -> Any:
+        """The stream's next window without the echo of what was played while it was heard.
+
+        A window can only arrive late, never early, so the earliest arrival less the windows before it
+        is the stream's start on this clock; window n was heard from start + (n - 1) windows - the input
+        latency."""
+        count, self._count = self._count, self._count + 1
+        start = time.monotonic() - count * WINDOW_S
+        self._anchor = start if self._anchor is None else min(self._anchor, start)
+        far = self._far
+        if far is None:
+            return window
+        heard_from = self._anchor + (count - 1) * WINDOW_S - input_latency_s
+        reference = far.reference(heard_from, self.aligner.lead_s)
+        if self.aligner.add(window, reference):
+            self._canceller.reset()
+            log.info("the echo's delay measured: the reference now leads it by %.0f ms", ALIGNED_LEAD_S * 1000)
+        if self._aligned_at is None and self.aligner.done:
+            self._aligned_at = count
+        return self._canceller.clean(window, reference)
+
+    @property
+    def cut_in_after_s(self) -> float | None:
+        """From the speech's first sound to the user's voice stopping it; None when it played out."""
+        far = self._far
+        if self.barged_at is None or far is None or far.started_at is None:
+            return None
+        return self.barged_at - far.started_at
+
+    def _settled(self) -> bool:
+        """Whether the canceller has had time to learn the echo path since the delay was measured (or
+        found to be no echo at all: headphones)."""
+        aligned = self._aligned_at
+        return aligned is not None and (self._count - aligned) * WINDOW_S >= SETTLE_S
+
+    def _cut_in(self, on_listening: Callable[[], None]) -> None:
+        self.barged_at = time.monotonic()
+        self.playback.stop(STOP_WAIT_S)
+        log.info("the user spoke over the speech: it stopped")
+        self.listening_after_s = None
+        on_listening()

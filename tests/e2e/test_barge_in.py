@@ -1,0 +1,58 @@
+"""converse with barge_in through the real server, on the rig's worst echo: the agent's speech reaches
+the server's microphone at full level (speaker_rig.py), the canceller takes it out with the played
+samples as the reference, and only the user's voice — played into the same sink while the agent
+talks — stops the speech and becomes the answer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rpc import wire
+from speaker_rig import LONG
+from speech_checks import heard_lighthouse, speech_clip
+
+pytestmark = pytest.mark.anyio
+
+AGENT_WORDS = ("fisherman", "village", "basket", "rowed", "sea")
+
+
+def _agent_words_in(text: str | None) -> list[str]:
+    heard = (text or "").lower()
+    return [word for word in AGENT_WORDS if word in heard]
+
+
+def test_the_user_speaking_over_the_agent_stops_it_and_is_the_answer(speak_env, vmic, model_path):
+    """The user starts two seconds into a long speech: the speech stops, the result says how much was
+    played, and the transcription is the user's whole sentence without a word of the agent's."""
+    args = {"text": LONG, "whisper_model": str(model_path), "silence_ms": 800, "barge_in": True}
+    with wire(speak_env) as w:
+        request = w.start("converse", args, progressToken="turn")
+        w.wait_progress("turn", "Speaking on", timeout=60)
+        w.until(lambda: w.status().get("speaking"), 30, "converse never started speaking")
+        time.sleep(2.0)
+        vmic.play(speech_clip())
+        reply = w.wait(request["id"], timeout=120)
+    result = reply["result"]
+    assert not result.get("isError"), result
+    data = result["structuredContent"]
+    spoken = data["spoken"]
+    assert spoken["interrupted"] is True, data
+    assert spoken["played_ms"] == spoken["duration_ms"] and 1500 < spoken["played_ms"] < 10_000, spoken
+    assert heard_lighthouse(data["transcription"]), data
+    assert _agent_words_in(data["transcription"]) == [], data
+    assert data["stopped_by"] == "silence" and "warning" not in data, data
+
+
+def test_the_agents_own_voice_at_full_level_never_stops_it(speak_env, vmic, model_path):
+    """Nobody speaks: the whole long speech plays into the microphone, is never taken for the user,
+    and plays to its end. Barge-in comes from MCP_LISTEN_BARGE_IN here, not the argument."""
+    args = {"text": LONG, "whisper_model": str(model_path), "duration_ms": 1500}
+    with wire({**speak_env, "MCP_LISTEN_BARGE_IN": "true"}) as w:
+        bad = w.call("converse", {"text": "Hi.", "barge_in": "yes"})
+        reply = w.call("converse", args, timeout=180)
+    assert bad.get("isError") and "barge_in" in bad["content"][0]["text"], bad
+    assert not reply.get("isError"), reply
+    data = reply["structuredContent"]
+    assert data["spoken"]["interrupted"] is False and data["spoken"]["played_ms"] > 15_000, data
+    assert data["transcription"] is None and data["speech_detected"] is False, data
