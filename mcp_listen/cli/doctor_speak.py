@@ -33,7 +33,34 @@ def check_speaking(settings: Settings, *, voice: str | None, device: int | str |
         checks.append(skipped("voice", "Voice", "needs the speak extra"))
     rate = info.sample_rate if info is not None else None
     checks.append(check_speaker(device, rate) if portaudio else skipped("speaker", "Speaker", "needs PortAudio"))
+    checks.append(
+        check_barge_in(settings) if extra.status == OK else skipped("barge_in", BARGE_IN, "needs the speak extra")
+    )
     return checks
+
+
+BARGE_IN = "Barge-in (echo canceller)"
+
+
+def check_barge_in(settings: Settings) -> Check:
+    """The echo canceller loads and cleans a window, as converse with barge_in uses it; without it,
+    converse falls back to listening after the speech (a warning: nothing else needs it)."""
+    from mcp_listen.audio import echo
+
+    on = "on" if settings.defaults.barge_in else "off (MCP_LISTEN_BARGE_IN=true turns it on)"
+    if not echo.available():
+        detail = "the echo canceller (pywebrtc-audio) is not installed: converse listens only after it speaks"
+        return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK)
+    try:
+        import numpy as np
+
+        echo.Canceller().clean(np.zeros(512, np.int16), np.zeros(512, np.int16))
+    except Exception as exc:  # noqa: BLE001 - a broken native library: say so, converse falls back
+        detail = f"the echo canceller failed to run ({type(exc).__name__}): converse listens only after it speaks"
+        return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK)
+    return Check(
+        "barge_in", BARGE_IN, OK, f"WebRTC AEC3 ready; barge-in {on}", data={"default": settings.defaults.barge_in}
+    )
 
 
 def check_speak_extra() -> Check:

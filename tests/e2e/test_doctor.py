@@ -70,7 +70,7 @@ def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, mode
     assert report["ready"]["speak_text"] is True and report["ready"]["converse"] is True
     assert [c["id"] for c in report["checks"]] == [
         "config", "portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model",
-        "speak", "voice", "speaker",
+        "speak", "voice", "speaker", "barge_in",
     ]  # fmt: skip
     assert all(c["status"] == "ok" and c["remedy"] is None for c in report["checks"]), report
     assert checks["microphone"]["data"]["device"]["isDefault"] is True
