@@ -22,9 +22,11 @@ from typing import Any
 
 from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
 
-SEARCH_LEAD_S = 0.25
+SEARCH_LEAD_S = 0.15
 """How far ahead of the window's estimated time the reference is taken until the delay is measured: the
-echo then lags it by 0.25 s give or take the estimate's error, inside AEC3's reach either way."""
+echo then lags it by 0.15 s plus the sound server's own buffering (the estimate counts playback from
+the first write, the earliest it can start), inside AEC3's reach. No more: the speaker has written
+only ~0.2 s (its buffer) beyond what is being heard."""
 ALIGNED_LEAD_S = 0.01
 """How far the reference leads the echo once the delay is measured: AEC3 converges at once near zero,
 and must never see the echo before its reference."""
@@ -38,6 +40,12 @@ search lead is kept."""
 ECHO_UNAVAILABLE = (
     "Barge-in needs the echo canceller (pywebrtc-audio, part of the speak extra), which is not installed: "
     "this turn listened after the speech instead. Install it: pip install 'mcp-listen[speak]'."
+)
+
+
+ECHO_UNAVAILABLE_SPEAK = (
+    "barge_in needs the echo canceller (pywebrtc-audio, part of the speak extra), which is not installed: the "
+    "speech played without listening. Install it: pip install 'mcp-listen[speak]'."
 )
 
 
@@ -84,6 +92,13 @@ class FarEnd:
                 self._samples = grown
             self._samples[self._length : end] = resampled
             self._length = end
+
+    def cut(self, at: float) -> None:
+        """The speech was stopped at `at`: what the speaker held beyond it (its buffer, dropped by the abort)
+        was never heard, and a reference that still held it would make the canceller damp the user."""
+        with self._lock:
+            if self.started_at is not None:
+                self._length = max(0, min(self._length, round((at - self.started_at) * SAMPLE_RATE)))
 
     def reference(self, heard_from: float, lead_s: float, samples: int = WINDOW_SAMPLES) -> Any:
         """The `samples` played from `heard_from` + `lead_s` on (zeros before the speech and after it)."""

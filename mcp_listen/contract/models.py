@@ -257,6 +257,13 @@ class SpeakArgs(_Args):
         description="true (the default): return once the speech has been played. false: return as soon as it "
         "starts playing and play the rest in the background (get_status then shows `speaking: true`).",
     )
+    barge_in: Optional[StrictBool] = Field(
+        default=None,
+        description="true: the default microphone listens while the speech plays (its echo cancelled) and the "
+        "speech stops as soon as the user talks over it; the call then returns at once with interrupted true "
+        "(call transcribe_voice next for their words, or use converse, which keeps them). Needs wait true. "
+        "Default false.",
+    )
 
 
 class ConverseArgs(TranscribeArgs):
@@ -388,7 +395,10 @@ class SpeakResult(_Result):
     first_audio_ms: Optional[int]
     """From the call's arrival to the first samples handed to the sound device; null if none were."""
     interrupted: bool
-    """True when the call was cancelled (or the server stopped) before the speech was over."""
+    """True when the call was cancelled (or the server stopped), or with barge_in the user talked over it,
+    before the speech was over."""
+    warning: Optional[str] = None
+    """barge_in asked for but the echo canceller is missing: the speech played without listening."""
 
 
 # ---------------------------------------------------------------- validation

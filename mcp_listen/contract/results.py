@@ -131,6 +131,8 @@ class Spoken:
     interrupted: bool = False
     played_ms: int | None = None
     """converse with barge_in only: what the user heard of the speech."""
+    warning: str | None = None
+    """speak_text with barge_in but no echo canceller: it played without listening."""
 
 
 @dataclass(frozen=True)
@@ -210,11 +212,8 @@ def _captured(result: Captured) -> dict[str, Any]:
 
 
 def _spoken(spoken: Spoken) -> dict[str, Any]:
-    """Spoken's fields; `played_ms` only when set (converse with barge_in)."""
-    fields = vars(spoken).copy()
-    if fields["played_ms"] is None:
-        del fields["played_ms"]
-    return fields
+    """Spoken's fields; `played_ms` and `warning` only when set (barge_in)."""
+    return {k: v for k, v in vars(spoken).items() if v is not None or k not in ("played_ms", "warning")}
 
 
 def _warning(warning: str | None) -> dict[str, Any]:

@@ -3,13 +3,13 @@ echo-cancelled with the played samples as the reference (audio/echo.py), and the
 the agent stops the speech; their words from the first syllable on are the answer.
 
 The rule for "the user talks" is stricter while the agent speaks than the listener's own onset:
-ONSET_WINDOWS windows in a row that Silero (a session of this turn's own, apart from the listener's)
-calls speech in the cleaned signal, and only once the echo's delay is measured (the first second of
-speech) and the canceller has had SETTLE_S to learn the echo path: a user cannot cut in during the
-speech's first ~1.3 s. Then the speech stops, and the windows of that run, with the ones before it
-(PRE_ROLL_WINDOWS in all), go to the listener first: nothing the user said is lost. A speech
-played out with nobody cutting in ends as the half-duplex turn does (engine/turn.py): the windows
-until the echo has died away are dropped.
+Silero's probability (a session of this turn's own, apart from the listener's) averaged over the
+last ONSET_WINDOWS cleaned windows reaching ONSET_PROBABILITY, and only once the echo's delay is
+measured (the first second of speech) and the canceller has had SETTLE_S to learn the echo path: a
+user cannot cut in during the speech's first ~1.3 s. Then the speech stops, and the last
+PRE_ROLL_WINDOWS windows go to the listener first: nothing the user said is lost. A speech played
+out with nobody cutting in ends as the half-duplex turn does (engine/turn.py): the windows until the
+echo has died away are dropped.
 """
 
 from __future__ import annotations
@@ -40,19 +40,20 @@ class Cleaning(Protocol):
     def reset(self) -> None: ...
 
 
-ONSET_WINDOWS = 5
-"""Windows in a row of speech in the cleaned signal that count as the user talking over the agent:
-160 ms, so the speaker falls silent ~250 ms after the user began (160 ms + one window + the input
-latency + one speaker block), while a residue of the agent's own voice, which comes and goes within
-a syllable, never makes five."""
-ONSET_PROBABILITY = 0.6
-"""Silero's probability from which a cleaned window counts toward the run (the listener's own onset uses 0.5)."""
+ONSET_WINDOWS = 6
+"""The span over which the cleaned signal must sound like speech: 192 ms. An average over it, not a run of
+windows each over a bar: the canceller damps the user's voice while the agent talks over it, and Silero's
+probability dips within a word (bench/barge.py: a run of five windows over 0.6 caught the user later and
+missed more often, for no fewer false barge-ins)."""
+ONSET_PROBABILITY = 0.5
+"""The average probability over ONSET_WINDOWS from which the user is taken to talk over the agent."""
 SETTLE_S = 0.3
 """Listening after the echo's delay was measured (audio/echo.py: Aligner, the first second of speech)
 before a barge-in counts: the fresh canceller's first estimate of the echo path."""
-PRE_ROLL_WINDOWS = ONSET_WINDOWS + 10
-"""Windows handed to the listener when the user cuts in: the run and ~0.3 s before it. Silero is slow to
-call the first syllable speech through the agent's voice and the canceller's double-talk damping."""
+PRE_ROLL_WINDOWS = 47
+"""Windows handed to the listener when the user cuts in: the last 1.5 s. The user may have begun well before
+the onset rule was met (the damped first words); the listener's own onset, in these windows, decides where
+their speech starts, keeping up to 1 s before it as for every recording."""
 
 
 class BargeIn(SpeechFirst):
@@ -68,8 +69,9 @@ class BargeIn(SpeechFirst):
         self._anchor: float | None = None
         self._count = 0
         self.aligner = Aligner()
-        self._aligned_at: int | None = None
-        """The window from which the reference is aligned with the echo (None until then)."""
+        self.aligned_window: int | None = None
+        """The window from which the reference is aligned with the echo (None until then): barge-in counts
+        SETTLE_S after it."""
         self.barged_at: float | None = None
         """time.monotonic() when the user's speech stopped the agent's; None when it played out."""
         playback.on_open = self._tap
@@ -82,7 +84,7 @@ class BargeIn(SpeechFirst):
         self._started = True
         latency = microphone.latency_s
         recent: deque[Any] = deque(maxlen=PRE_ROLL_WINDOWS)
-        run = 0
+        probabilities: deque[float] = deque(maxlen=ONSET_WINDOWS)
         heard = iter(microphone)
         for window in heard:
             clean = self._cleaned(window, latency)
@@ -90,8 +92,12 @@ class BargeIn(SpeechFirst):
                 yield from self._after_the_speech(clean, heard, latency, on_listening)
                 return
             recent.append(clean)
-            run = run + 1 if self._vad.hear(clean)[0] >= ONSET_PROBABILITY else 0
-            if run >= ONSET_WINDOWS and self._settled():
+            probabilities.append(self._vad.hear(clean)[0])
+            if (
+                len(probabilities) == ONSET_WINDOWS
+                and sum(probabilities) >= ONSET_PROBABILITY * ONSET_WINDOWS
+                and self._settled()
+            ):
                 self._cut_in(on_listening)
                 yield from recent
                 break
@@ -135,8 +141,8 @@ class BargeIn(SpeechFirst):
         if self.aligner.add(window, reference):
             self._canceller.reset()
             log.info("the echo's delay measured: the reference now leads it by %.0f ms", ALIGNED_LEAD_S * 1000)
-        if self._aligned_at is None and self.aligner.done:
-            self._aligned_at = count
+        if self.aligned_window is None and self.aligner.done:
+            self.aligned_window = count
         return self._canceller.clean(window, reference)
 
     @property
@@ -150,12 +156,14 @@ class BargeIn(SpeechFirst):
     def _settled(self) -> bool:
         """Whether the canceller has had time to learn the echo path since the delay was measured (or
         found to be no echo at all: headphones)."""
-        aligned = self._aligned_at
+        aligned = self.aligned_window
         return aligned is not None and (self._count - aligned) * WINDOW_S >= SETTLE_S
 
     def _cut_in(self, on_listening: Callable[[], None]) -> None:
         self.barged_at = time.monotonic()
         self.playback.stop(STOP_WAIT_S)
+        if self._far is not None:
+            self._far.cut(time.monotonic())
         log.info("the user spoke over the speech: it stopped")
         self.listening_after_s = None
         on_listening()

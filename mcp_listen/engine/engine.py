@@ -67,7 +67,7 @@ from mcp_listen.engine.parts import (
 )
 from mcp_listen.engine.playback import Playback
 from mcp_listen.engine.turn import SpeechFirst
-from mcp_listen.errors import Cancelled, LLMError
+from mcp_listen.errors import Cancelled, InvalidArgument, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
 from mcp_listen.speech.vad import SileroVAD
@@ -337,10 +337,18 @@ class Engine:
         keeps the claim until the speech is over (or the process shuts down).
         """
         received = time.monotonic() if received is None else received
+        if args.barge_in and args.wait is False:
+            raise InvalidArgument(
+                "barge_in true needs wait true: the call returns when the user talks over the speech. Give one of "
+                "them, or use converse to keep what the user says."
+            )
         voice = self._voice(args.voice)
         device = self.devices.resolve_output(args.device)
         speed = _speed(args.speed)
         cancel = _linked(stop, self.shutdown)
+        if args.barge_in and echo.available():
+            return self._speak_until_the_user_talks(args, voice, device, cancel, received)
+        warning = echo.ECHO_UNAVAILABLE_SPEAK if args.barge_in else None
         claim = self.recorder.claim("speak_text", stop=cancel)
         claim.device, claim.speaking = device.name, True
         playback = Playback(self.voices, self.speakers, self.recorder.portaudio, voice, device.index, cancel)
@@ -355,7 +363,33 @@ class Engine:
             played = playback.run(args.text, speed)
         finally:
             self.recorder.release(claim)
-        return Spoken(voice.name, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
+        first = _ms_between(received, played.first_audio_at)
+        return Spoken(voice.name, played.duration_ms, first, played.interrupted, warning=warning)
+
+    def _speak_until_the_user_talks(
+        self, args: SpeakArgs, voice: VoiceInfo, device: Any, cancel: Cancel, received: float
+    ) -> Spoken:
+        """speak_text with barge_in: the speech plays into the open default microphone (engine/barge.py)
+        and the call returns as soon as the user talks over it, or once it played out."""
+        playback = Playback(self.voices, self.speakers, self.recorder.portaudio.shared, voice, device.index, cancel)
+        turn = BargeIn(playback, args.text, _speed(args.speed), self._onset_detector())
+        find = lambda: self.devices.resolve(None)  # noqa: E731
+        try:
+            with self.recorder.claimed("speak_text", stop=cancel) as claim:
+                claim.device, claim.speaking = device.name, True
+                with self.recorder.open(find, stop=cancel, beside_speaker=True) as microphone:
+                    next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
+        except Cancelled:
+            pass  # as without barge_in: a cancelled speech is an interrupted one
+        finally:
+            turn.close()
+        if playback.error is not None:
+            raise playback.error
+        played = playback.played
+        if played is None:
+            return Spoken(voice.name, 0, None, interrupted=True)
+        first = _ms_between(received, played.first_audio_at)
+        return Spoken(voice.name, played.duration_ms, first, played.interrupted or turn.barged_at is not None)
 
     def _voice(self, voice: str | None) -> VoiceInfo:
         """The voice a call names, or the configured default, found and checked."""
@@ -432,9 +466,13 @@ class Engine:
         if not echo.available():
             log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
             return SpeechFirst(playback, args.text, speed), echo.ECHO_UNAVAILABLE
+        return BargeIn(playback, args.text, speed, self._onset_detector()), None
+
+    def _onset_detector(self) -> VoiceDetector:
+        """Barge-in's own Silero session, made on first use."""
         if self._onset_vad is None:
             self._onset_vad = SileroVAD()
-        return BargeIn(playback, args.text, speed, self._onset_vad), None
+        return self._onset_vad
 
 
 def _spoken(voice: str, played: Played | None, received: float) -> Spoken:

@@ -155,7 +155,7 @@ class MarkedSpeech:
     def reset(self) -> None: ...
 
     def hear(self, window: Any, run: bool = True) -> tuple[float, float]:
-        return (0.9 if int(window[0]) in self.speech else 0.1), -30.0
+        return (1.0 if int(window[0]) in self.speech else 0.0), -30.0
 
 
 class KeepsNear:
@@ -207,7 +207,7 @@ def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_wi
     turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller)  # type: ignore[arg-type]
     live: list[int] = []
     heard = [int(w[0]) for w in turn.windows(Windows(onset + 40, during), lambda: live.append(1))]
-    cut_at = onset + ONSET_WINDOWS - 1
+    cut_at = onset + ONSET_WINDOWS // 2 - 1  # half the span in speech: the average reaches 0.5
     assert playback.stopped and live == [1]
     assert heard == list(range(cut_at - PRE_ROLL_WINDOWS + 1, onset + 40))  # from before the first syllable on
     assert turn.cut_in_after_s is not None and turn.cut_in_after_s >= 1.0
@@ -219,10 +219,9 @@ def test_a_short_sound_while_speaking_or_a_long_one_in_the_first_moments_does_no
 
     playback = FakePlayback()
     settled = _settled_window()
-    early = set(range(5, 5 + ONSET_WINDOWS + 5)) | set(range(settled - ONSET_WINDOWS - 2, settled - 1))
-    blips = set(range(settled + 5, settled + 4 + ONSET_WINDOWS)) | set(
-        range(settled + 20, settled + 19 + ONSET_WINDOWS)
-    )
+    early = set(range(5, 5 + ONSET_WINDOWS + 5)) | set(range(settled - 20, settled - ONSET_WINDOWS))
+    short = ONSET_WINDOWS // 2 - 1  # under half the span: a syllable of residual echo, a cough
+    blips = set(range(settled + 5, settled + 5 + short)) | set(range(settled + 20, settled + 20 + short))
     end = settled + 40
 
     def during(i: int) -> None:
@@ -274,3 +273,16 @@ def test_the_reference_is_what_was_played_when_the_window_was_heard_led_by_the_l
     ahead = far.reference(start - lead - 0.01, lead)
     assert not ahead[:150].any() and ahead[-100:].any()
     assert not far.reference(start + 10, lead).any()  # after the speech: silence
+
+
+def test_a_stopped_speech_leaves_no_reference_beyond_what_was_heard():
+    import numpy as np
+
+    from mcp_listen.audio.echo import FarEnd
+
+    far = FarEnd(16000)
+    start = time.monotonic()
+    far.played(np.full(32000, 1000, dtype=np.int16), start)  # 2 s handed to the device
+    far.cut(start + 0.5)  # stopped half a second in: the rest sat in its buffer
+    assert far.reference(start + 0.4, 0.0).any()
+    assert not far.reference(start + 0.6, 0.0).any()

@@ -1,0 +1,471 @@
+"""Barge-in on echo paths the live rig cannot make: converse's own turn (engine/barge.py: BargeIn, with
+WebRTC AEC3 and Silero) fed, window by window on a simulated clock, what a microphone in a room hears.
+
+    python bench/barge.py [--runs N] [--json OUT] [--voice PATH] [--model PATH]
+
+The agent's speech is Piper's (the test voice, at three speeds); the user's is real recorded speech
+(bench/realspeech_data.py: the English clips). What the microphone hears is the speech as played,
+through an echo path (delay, gain, a reverberant tail), plus the user placed at a random moment,
+plus steady noise; when the turn stops the speech, the echo stops too (what was played until then,
+one speaker block later, through the same path). The clock is simulated (time.monotonic in the
+turn's modules is this bench's clock), so a 20 s speech takes ~1 s to run; everything else — the
+reference's alignment, the canceller, the onset rule, the pre-roll — is the server's own code.
+
+Per condition: false barge-ins (the agent alone, `--runs` runs: long and short texts, with pauses),
+reaction (the user's first loud sample -> the speech stopping, in the microphone's timeline, plus
+the live speaker's cancel-to-silence from bench/results-speak.json), the words (whisper on what the
+turn hands the listener, WER against the reference, beside whisper on the clip alone), the
+canceller's echo return loss enhancement once aligned, and the CPU the turn takes per second of
+speech. bench/README.md ("Barge-in") explains every figure. The live behaviour on the test rig's
+full-level echo is tests/e2e/test_barge_in.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+import realspeech_data
+import run
+from realspeech import errors
+from rig import ROOT
+from speak import SENTENCES
+from stats import summary, verdict
+
+DEFAULT_VOICE = ROOT / "tests" / "assets" / "voices" / "en_US-joe-medium.onnx"
+DEFAULT_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL") or ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
+RATE = 16000
+WINDOW = 512
+VOICE_RATE = 22050
+BLOCK_S = 0.04
+"""The speaker writes 40 ms blocks (audio/speaker.py BLOCK_MS): a stop silences it within one."""
+SPEAKER_BUFFER_S = 0.2
+"""The speaker's buffer (audio/speaker.py LATENCY_S): each block is written this long before it is heard."""
+INPUT_LATENCY_S = 0.064
+"""What PortAudio reports for the rig's PulseAudio microphone; the simulated microphone has it too."""
+CONDITIONS = {
+    "full level, no delay": {"delay_ms": 0, "gain_db": 0.0, "reverb": False, "noise_snr_db": None},
+    "room, 30 ms, -6 dB, reverb": {"delay_ms": 30, "gain_db": -6.0, "reverb": True, "noise_snr_db": None},
+    "room, 120 ms, 0 dB, reverb": {"delay_ms": 120, "gain_db": 0.0, "reverb": True, "noise_snr_db": None},
+    "room, 60 ms, -3 dB, reverb, noise 20 dB SNR": {
+        "delay_ms": 60,
+        "gain_db": -3.0,
+        "reverb": True,
+        "noise_snr_db": 20,
+    },
+}
+"""The issue's rig: (a) full level, no delay; (b) room-like paths, 30-120 ms, -6 to 0 dB, reverberation;
+(c) steady room noise at 20 dB SNR (to the user's speech)."""
+USER_LEVEL_DBFS = -20.0
+"""The user's voice at the microphone (RMS while speaking): the agent's speech as played is at about the
+same level (-20 dBFS), so at "full level" the echo is as loud as the user, and 6 dB quieter at -6 dB."""
+SPEEDS = (0.8, 1.0, 1.25)
+"""The agent's voice at three rates: the suite has one Piper voice, so its speed varies instead."""
+RT60_S = 0.3
+TAIL_DB = -12.0
+"""The reverberant tail: exponentially decaying noise, 60 dB down in RT60_S, starting TAIL_DB below the direct echo."""
+TARGETS = {"false_barge_ins": 0, "reaction_median_ms": 250.0, "reaction_p90_ms": 400.0, "wer_points_over_alone": 2.0}
+
+
+class Clock:
+    """The simulated time.monotonic of the turn's modules."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class RecordingCanceller:
+    """The real canceller, keeping what went in and came out (for the ERLE)."""
+
+    def __init__(self) -> None:
+        from mcp_listen.audio.echo import Canceller
+
+        self._inner = Canceller()
+        self.pairs: list[tuple[Any, Any]] = []
+
+    def clean(self, near: Any, far: Any) -> Any:
+        out = self._inner.clean(near, far)
+        self.pairs.append((near, out))
+        return out
+
+    def reset(self) -> None:
+        self._inner.reset()
+
+
+class Room:
+    """One echo path: the played speech (16 kHz) -> what the microphone hears of it."""
+
+    def __init__(self, condition: dict[str, Any], rng: np.random.Generator) -> None:
+        delay = int(condition["delay_ms"] * RATE / 1000)
+        ir = np.zeros(delay + int(RT60_S * RATE) + 1)
+        ir[delay] = 10 ** (condition["gain_db"] / 20)
+        if condition["reverb"]:
+            t = np.arange(len(ir) - delay - 1) / RATE
+            tail = (
+                rng.standard_normal(len(t)) * np.exp(-6.91 * t / RT60_S) * 10 ** ((condition["gain_db"] + TAIL_DB) / 20)
+            )
+            ir[delay + 1 :] += tail * 0.3
+        self.ir = ir
+
+    def echo(self, played16: Any, length: int) -> Any:
+        n = len(played16) + len(self.ir) - 1
+        size = 1 << (n - 1).bit_length()
+        out = np.fft.irfft(np.fft.rfft(played16, size) * np.fft.rfft(self.ir, size), size)[:n]
+        return np.pad(out, (0, max(0, length - n)))[:length]
+
+
+def one_turn(case: dict[str, Any], clock: Clock, vad: Any) -> dict[str, Any]:
+    """One converse turn with barge-in, simulated: returns when it stopped, what it handed on, and how long it took."""
+    import soxr
+
+    from mcp_listen.engine.barge import BargeIn
+
+    far22, room, user, user_at, noise = case["far"], case["room"], case["user"], case["user_at"], case["noise"]
+    far16 = soxr.resample(far22.astype(np.float32), VOICE_RATE, RATE).astype(np.float64)
+    speech_s = len(far22) / VOICE_RATE
+    length = int((speech_s + 4.0) * RATE)
+    start_s = 0.1  # the first block is handed to the speaker 0.1 s after the microphone opened
+    near_echo = np.zeros(length)
+    offset = int(start_s * RATE)
+    near_echo[offset:] = room.echo(far16, length - offset)
+    near = near_echo.copy()
+    if user is not None:
+        near[user_at : user_at + len(user)] += user[: max(0, length - user_at)]
+    if noise is not None:
+        near += noise[:length]
+    begin = clock.now
+    state = SimpleNamespace(stopped_at=None, tap=None, blocks=0)
+    playback = SimpleNamespace(ended=threading.Event(), error=None, played=None, on_open=None)
+
+    def start(text: str, speed: float) -> None:
+        speaker = SimpleNamespace(device_rate=VOICE_RATE, tap=None)
+        playback.on_open(speaker)
+        state.tap = speaker.tap
+
+    def stop(wait_s: float) -> None:
+        state.stopped_at = clock.now
+        stop_sample = int((clock.now - begin + BLOCK_S) * RATE)  # one block more reaches the air
+        played = far16[: max(0, stop_sample - offset)]
+        echo = np.zeros(length)
+        echo[offset:] = room.echo(played, length - offset)
+        near[:] = echo + (near - near_echo)
+        playback.played = SimpleNamespace(ended_at=clock.now + BLOCK_S)
+        playback.ended.set()
+
+    playback.start, playback.stop = start, stop
+    canceller = RecordingCanceller()
+    turn = BargeIn(playback, "", 1.0, vad, canceller)  # type: ignore[arg-type]
+    block = int(BLOCK_S * VOICE_RATE)
+
+    def microphone():
+        """The windows, each on arrival; meanwhile the speaker writes its blocks SPEAKER_BUFFER_S before they
+        are heard (its buffer is full once playing), and the speech ends when its last block was heard."""
+        end_s = start_s + len(far22) / VOICE_RATE
+        for i in range(length // WINDOW):
+            clock.now = begin + (i + 1) * WINDOW / RATE + INPUT_LATENCY_S  # the window's arrival
+            heard_until = clock.now - INPUT_LATENCY_S
+            while state.tap is not None and state.stopped_at is None and state.blocks * block < len(far22):
+                k = state.blocks
+                heard_at = begin + start_s + k * BLOCK_S
+                if heard_at - SPEAKER_BUFFER_S > heard_until:
+                    break
+                state.tap(far22[k * block : (k + 1) * block], heard_at if k == 0 else heard_at - SPEAKER_BUFFER_S)
+                state.blocks += 1
+            if state.stopped_at is None and not playback.ended.is_set() and heard_until >= begin + end_s:
+                playback.played = SimpleNamespace(ended_at=begin + end_s)
+                playback.ended.set()
+            yield np.clip(near[i * WINDOW : (i + 1) * WINDOW], -32768, 32767).astype(np.int16)
+
+    cpu = time.process_time()
+    handed = list(turn.windows(_Iterable(microphone, INPUT_LATENCY_S), lambda: None))
+    cpu = time.process_time() - cpu
+    stopped = state.stopped_at
+    return {
+        "barged": stopped is not None,
+        "stopped_s": None if stopped is None else stopped - begin,
+        "handed": np.concatenate(handed) if handed else np.zeros(0, np.int16),
+        "pairs": canceller.pairs,
+        "aligned_window": turn.aligned_window,
+        "cpu_per_speech_s": cpu / (len(near) / RATE),
+        "speech_s": speech_s,
+    }
+
+
+class _Iterable:
+    """A microphone for the turn: `latency_s` and the windows."""
+
+    def __init__(self, windows: Any, latency_s: float) -> None:
+        self._windows = windows
+        self.latency_s = latency_s
+
+    def __iter__(self):
+        return self._windows()
+
+
+def erle_db(pairs: list[tuple[Any, Any]], first: int, last: int) -> float | None:
+    """Echo return loss enhancement over windows [first, last): what went in against what came out."""
+    chosen = pairs[first:last]
+    if not chosen:
+        return None
+    near = np.concatenate([p[0] for p in chosen]).astype(np.float64)
+    out = np.concatenate([p[1] for p in chosen]).astype(np.float64)
+    if not near.any():
+        return None
+    return round(10 * np.log10(np.mean(near**2) / max(np.mean(out**2), 1e-3)), 1)
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+def synthesise(voice_path: Path) -> dict[str, Any]:
+    """The agent's texts, each at the three speeds: long (8 sentences) and short (2, with a pause)."""
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+    from piper import PiperVoice, SynthesisConfig
+
+    voice = PiperVoice.load(voice_path)
+    own = getattr(voice.config, "length_scale", None) or 1.0
+    texts = {"long": " ".join(SENTENCES[:8]), "short": SENTENCES[2] + " ... " + SENTENCES[5]}
+    out = {}
+    for name, text in texts.items():
+        for speed in SPEEDS:
+            chunks = [c.audio_int16_array for c in voice.synthesize(text, SynthesisConfig(length_scale=own / speed))]
+            out[f"{name}@{speed}"] = np.concatenate(chunks)
+    return out
+
+
+def users() -> list[dict[str, Any]]:
+    """The English real-speech clips of at most 8 s, as float samples with their reference text, each
+    scaled to USER_LEVEL_DBFS while speaking."""
+    import wave
+
+    chosen = []
+    for entry in realspeech_data.load():
+        if entry["language"] != "en":
+            continue
+        with wave.open(entry["path"]) as w:
+            samples = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64)
+        if len(samples) <= 8 * RATE:
+            active = samples[np.abs(samples) > 300]
+            scale = 32768 * 10 ** (USER_LEVEL_DBFS / 20) / np.sqrt(np.mean(active**2))
+            chosen.append({"id": entry["id"], "text": entry["text"], "samples": samples * scale})
+    return chosen
+
+
+def first_loud(samples: Any) -> int:
+    loud = np.flatnonzero(np.abs(samples) > 300)
+    return int(loud[0]) if len(loud) else 0
+
+
+class Whisper:
+    def __init__(self, model: Path) -> None:
+        from pywhispercpp.model import Model
+
+        self._model = Model(str(model), print_realtime=False, print_progress=False, n_threads=2)
+
+    def words(self, samples: Any) -> str:
+        audio = np.asarray(samples, dtype=np.float32) / 32768.0
+        if len(audio) < RATE:
+            audio = np.pad(audio, (0, RATE - len(audio)))
+        return " ".join(s.text for s in self._model.transcribe(audio, language="en")).strip()
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+def run_condition(
+    condition: dict[str, Any], parts: dict[str, Any], opts: Any, seed: int, clock: Clock
+) -> dict[str, Any]:
+    from mcp_listen.speech.vad import SileroVAD
+
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    vad = SileroVAD()
+    texts = list(parts["far"])
+    rows_alone, rows_user = [], []
+    for i in range(opts.runs):
+        far = parts["far"][texts[i % len(texts)]]
+        case = {
+            "far": far,
+            "room": Room(condition, nrng),
+            "user": None,
+            "user_at": 0,
+            "noise": _noise(condition, None, far, nrng),
+        }
+        result = one_turn(case, clock, vad)
+        aligned = result["aligned_window"]
+        rows_alone.append(
+            {
+                "text": texts[i % len(texts)],
+                "barged": result["barged"],
+                "erle_db": erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW)),
+                "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2),
+            }
+        )
+    for i in range(opts.runs):
+        clip = parts["users"][i % len(parts["users"])]
+        far = parts["far"][f"long@{SPEEDS[i % len(SPEEDS)]}"]
+        at_s = rng.uniform(2.0, 5.0)
+        user = clip["samples"]
+        user_at = int((0.1 + at_s) * RATE)
+        case = {
+            "far": far,
+            "room": Room(condition, nrng),
+            "user": user,
+            "user_at": user_at,
+            "noise": _noise(condition, user, far, nrng),
+        }
+        result = one_turn(case, clock, vad)
+        onset_s = (user_at + first_loud(user)) / RATE
+        said = parts["whisper"].words(result["handed"]) if result["barged"] else ""
+        ref_errors, ref_words = errors(clip["text"], said)
+        alone_errors, _ = errors(clip["text"], parts["alone"][clip["id"]])
+        rows_user.append(
+            {
+                "clip": clip["id"],
+                "barged": result["barged"],
+                "onset_s": round(onset_s, 3),
+                "reaction_ms": None
+                if not result["barged"]
+                else round((result["stopped_s"] - onset_s) * 1000 + parts["stop_to_silence_ms"], 1),
+                "detected_ms": None if not result["barged"] else round((result["stopped_s"] - onset_s) * 1000, 1),
+                "heard": said,
+                "errors": ref_errors,
+                "words": ref_words,
+                "errors_alone": alone_errors,
+            }
+        )
+    return {"condition": condition, "agent_alone": rows_alone, "user_cuts_in": rows_user}
+
+
+def _noise(condition: dict[str, Any], user: Any, far: Any, rng: np.random.Generator) -> Any:
+    """Steady pink noise at the condition's SNR to the user's speech
+    (to a typical clip's level when the user is silent)."""
+    snr = condition["noise_snr_db"]
+    if snr is None:
+        return None
+    length = int((len(far) / VOICE_RATE + 5.0) * RATE)
+    spectrum = np.fft.rfft(rng.standard_normal(length))
+    spectrum[1:] /= np.sqrt(np.arange(1, len(spectrum)))  # 1/f power: pink, as a room's hum and fans
+    spectrum[0] = 0
+    pink = np.fft.irfft(spectrum, length)
+    level = np.sqrt(np.mean(user[np.abs(user) > 300] ** 2)) if user is not None else 3000.0
+    return pink * (level / np.sqrt(np.mean(pink**2))) * 10 ** (-snr / 20)
+
+
+def summarise(report: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, cond in report["conditions"].items():
+        alone, cut = cond["agent_alone"], cond["user_cuts_in"]
+        words = sum(r["words"] for r in cut)
+        out[name] = {
+            "false_barge_ins": sum(r["barged"] for r in alone),
+            "runs_alone": len(alone),
+            "barge_ins_detected": sum(r["barged"] for r in cut),
+            "runs_user": len(cut),
+            "reaction_ms": summary(r["reaction_ms"] for r in cut if r["reaction_ms"] is not None),
+            "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
+            "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
+            "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
+            "cpu_pct_of_one_core": summary(r["cpu_pct_of_one_core"] for r in alone),
+        }
+        s = out[name]
+        s["targets"] = {
+            "false_barge_ins": verdict(s["false_barge_ins"], 0),
+            "reaction_median_ms": verdict(s["reaction_ms"].get("median"), TARGETS["reaction_median_ms"]),
+            "reaction_p90_ms": verdict(s["reaction_ms"].get("p90"), TARGETS["reaction_p90_ms"]),
+            "wer_points_over_alone": verdict(
+                None if s["wer_pct"] is None else s["wer_pct"] - s["wer_alone_pct"], TARGETS["wer_points_over_alone"]
+            ),
+        }
+    return out
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\nbarge-in, {report['config']['runs']} runs per condition and case")
+    for name, s in report["summary"].items():
+        r = s["reaction_ms"]
+        print(f"\n  {name}")
+        print(f"    false barge-ins (agent alone)   {s['false_barge_ins']} of {s['runs_alone']}")
+        print(f"    user detected                   {s['barge_ins_detected']} of {s['runs_user']}")
+        print(f"    reaction (onset -> silence)     {r.get('median')} ms median, p90 {r.get('p90')}")
+        print(f"    WER with barge-in / clip alone  {s['wer_pct']} % / {s['wer_alone_pct']} %")
+        print(
+            f"    ERLE once aligned               {s['erle_db'].get('median')} dB median (min {s['erle_db'].get('min')})"
+        )
+        print(f"    CPU of the turn                 {s['cpu_pct_of_one_core'].get('median')} % of one core")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-barge.json")
+    p.add_argument("--voice", type=Path, default=DEFAULT_VOICE)
+    p.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    opts = p.parse_args(argv)
+    began = time.monotonic()
+    clock = simulated_clock()
+    whisper = Whisper(opts.model)
+    clips = users()
+    parts = {
+        "far": synthesise(opts.voice),
+        "users": clips,
+        "whisper": whisper,
+        "alone": {c["id"]: whisper.words(c["samples"]) for c in clips},
+        "stop_to_silence_ms": _stop_to_silence_ms(),
+    }
+    report: dict[str, Any] = {
+        "config": {
+            "runs": opts.runs,
+            "voice": opts.voice.name,
+            "model": opts.model.name,
+            "speeds": SPEEDS,
+            "clips": [c["id"] for c in clips],
+            "input_latency_s": INPUT_LATENCY_S,
+            "stop_to_silence_ms": parts["stop_to_silence_ms"],
+            "cpus": os.cpu_count(),
+        },
+        "conditions": {},
+    }
+    for seed, (name, condition) in enumerate(CONDITIONS.items()):
+        report["conditions"][name] = run_condition(condition, parts, opts, seed, clock)
+    report["summary"] = summarise(report)
+    report["elapsed_s"] = round(time.monotonic() - began, 1)
+    run.save_report(report, opts.json, print_table)
+    return 0
+
+
+def simulated_clock() -> Clock:
+    """The turn's modules read this bench's clock: their `time` is a namespace whose monotonic is it."""
+    from mcp_listen.engine import barge, turn
+
+    clock = Clock()
+    barge.time = SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
+    turn.time = SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
+    return clock
+
+
+def _stop_to_silence_ms() -> float:
+    """The live speaker's cancel -> last sound at the speaker (bench/speak.py), added to the detection time."""
+    path = ROOT / "bench" / "results-speak.json"
+    try:
+        return float(json.loads(path.read_text())["summary"]["cancel_to_silence_ms"]["median"])
+    except (OSError, KeyError, ValueError, TypeError):
+        return 40.0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
