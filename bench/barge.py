@@ -231,20 +231,26 @@ def erle_db(pairs: list[tuple[Any, Any]], first: int, last: int) -> float | None
 # --------------------------------------------------------------------------- the parts
 
 
-def synthesise(voice_path: Path) -> dict[str, Any]:
-    """The agent's texts, each at the three speeds: long (8 sentences) and short (2, with a pause)."""
-    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
-    from piper import PiperVoice, SynthesisConfig
+class Agent:
+    """The agent's texts at the three speeds: long (8 sentences) and short (2, with a pause), each
+    synthesised afresh per run (Piper's VITS samples noise: no two renderings are the same)."""
 
-    voice = PiperVoice.load(voice_path)
-    own = getattr(voice.config, "length_scale", None) or 1.0
-    texts = {"long": " ".join(SENTENCES[:8]), "short": SENTENCES[2] + " ... " + SENTENCES[5]}
-    out = {}
-    for name, text in texts.items():
-        for speed in SPEEDS:
-            chunks = [c.audio_int16_array for c in voice.synthesize(text, SynthesisConfig(length_scale=own / speed))]
-            out[f"{name}@{speed}"] = np.concatenate(chunks)
-    return out
+    TEXTS = {"long": " ".join(SENTENCES[:8]), "short": SENTENCES[2] + " ... " + SENTENCES[5]}
+    KINDS = tuple(f"{name}@{speed}" for name in TEXTS for speed in SPEEDS)
+
+    def __init__(self, voice_path: Path) -> None:
+        os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+        from piper import PiperVoice
+
+        self._voice = PiperVoice.load(voice_path)
+        self._own = getattr(self._voice.config, "length_scale", None) or 1.0
+
+    def says(self, kind: str) -> Any:
+        from piper import SynthesisConfig
+
+        name, speed = kind.split("@")
+        config = SynthesisConfig(length_scale=self._own / float(speed))
+        return np.concatenate([c.audio_int16_array for c in self._voice.synthesize(self.TEXTS[name], config)])
 
 
 def users() -> list[dict[str, Any]]:
@@ -294,10 +300,10 @@ def run_condition(
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     vad = SileroVAD()
-    texts = list(parts["far"])
+    texts = Agent.KINDS
     rows_alone, rows_user = [], []
     for i in range(opts.runs):
-        far = parts["far"][texts[i % len(texts)]]
+        far = parts["agent"].says(texts[i % len(texts)])
         case = {
             "far": far,
             "room": Room(condition, nrng),
@@ -317,7 +323,7 @@ def run_condition(
         )
     for i in range(opts.runs):
         clip = parts["users"][i % len(parts["users"])]
-        far = parts["far"][f"long@{SPEEDS[i % len(SPEEDS)]}"]
+        far = parts["agent"].says(f"long@{SPEEDS[i % len(SPEEDS)]}")
         at_s = rng.uniform(2.0, 5.0)
         user = clip["samples"]
         user_at = int((0.1 + at_s) * RATE)
@@ -330,6 +336,8 @@ def run_condition(
         }
         result = one_turn(case, clock, vad)
         onset_s = (user_at + first_loud(user)) / RATE
+        early = result["barged"] and result["stopped_s"] < onset_s  # the agent's own voice stopped it first
+        after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
         said = parts["whisper"].words(result["handed"]) if result["barged"] else ""
         ref_errors, ref_words = errors(clip["text"], said)
         alone_errors, _ = errors(clip["text"], parts["alone"][clip["id"]])
@@ -337,11 +345,10 @@ def run_condition(
             {
                 "clip": clip["id"],
                 "barged": result["barged"],
+                "before_the_user": early,
                 "onset_s": round(onset_s, 3),
-                "reaction_ms": None
-                if not result["barged"]
-                else round((result["stopped_s"] - onset_s) * 1000 + parts["stop_to_silence_ms"], 1),
-                "detected_ms": None if not result["barged"] else round((result["stopped_s"] - onset_s) * 1000, 1),
+                "reaction_ms": None if after is None else round(after + parts["stop_to_silence_ms"], 1),
+                "detected_ms": after,
                 "heard": said,
                 "errors": ref_errors,
                 "words": ref_words,
@@ -374,7 +381,8 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
         out[name] = {
             "false_barge_ins": sum(r["barged"] for r in alone),
             "runs_alone": len(alone),
-            "barge_ins_detected": sum(r["barged"] for r in cut),
+            "barge_ins_detected": sum(r["barged"] and not r["before_the_user"] for r in cut),
+            "stopped_before_the_user": sum(r["before_the_user"] for r in cut),
             "runs_user": len(cut),
             "reaction_ms": summary(r["reaction_ms"] for r in cut if r["reaction_ms"] is not None),
             "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
@@ -401,6 +409,7 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"\n  {name}")
         print(f"    false barge-ins (agent alone)   {s['false_barge_ins']} of {s['runs_alone']}")
         print(f"    user detected                   {s['barge_ins_detected']} of {s['runs_user']}")
+        print(f"    stopped before the user spoke   {s['stopped_before_the_user']} of {s['runs_user']}")
         print(f"    reaction (onset -> silence)     {r.get('median')} ms median, p90 {r.get('p90')}")
         print(f"    WER with barge-in / clip alone  {s['wer_pct']} % / {s['wer_alone_pct']} %")
         print(
@@ -421,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     whisper = Whisper(opts.model)
     clips = users()
     parts = {
-        "far": synthesise(opts.voice),
+        "agent": Agent(opts.voice),
         "users": clips,
         "whisper": whisper,
         "alone": {c["id"]: whisper.words(c["samples"]) for c in clips},

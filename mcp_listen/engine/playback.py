@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.01
 """How often a wait for the next sentence (or for room for it) looks at the cancel event."""
+FIRST_SOUND_WAIT_S = 0.5
+"""The longest the next sentence waits for the first to be handed to the device (it takes ~1 ms)."""
 _DONE = object()
 
 
@@ -69,7 +71,8 @@ class Playback:
                 self._speaker = out
                 if self.on_open is not None:
                     self.on_open(out)
-                for samples in ahead(self._voices.synthesize(self.voice, text, speed, self._cancel), self._cancel):
+                sentences = self._voices.synthesize(self.voice, text, speed, self._cancel)
+                for samples in ahead(sentences, self._cancel, out.first_audio):
                     out.feed(samples)
                 self.played = out.finish()
                 return self.played
@@ -114,17 +117,24 @@ class Playback:
         return speaker.first_audio_at if speaker is not None else None
 
 
-def ahead(sentences: Iterator[Any], cancel: Cancel) -> Iterator[Any]:
+def ahead(sentences: Iterator[Any], cancel: Cancel, started: threading.Event | None = None) -> Iterator[Any]:
     """`sentences` produced in a thread of its own, at most one ahead of the consumer; ends at once on a
-    cancel (the producer finishes the item in hand, then stops), and re-raises the producer's error."""
+    cancel (the producer finishes the item in hand, then stops), and re-raises the producer's error.
+
+    With `started` (the speaker's first_audio) the producer waits, at most FIRST_SOUND_WAIT_S, for the first
+    item to be playing before it asks for the second: Piper phonemizes the whole rest of the text then,
+    holding the GIL, and the speaker's first write would wait for it (measured: first audio 13 ms later
+    for 20 sentences than for one)."""
     handoff: queue.Queue[Any] = queue.Queue(maxsize=1)
     failure: list[BaseException] = []
 
     def produce() -> None:
         try:
-            for item in sentences:
+            for number, item in enumerate(sentences):
                 if not _put(handoff, item, cancel):
                     return
+                if number == 0 and started is not None:
+                    started.wait(FIRST_SOUND_WAIT_S)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
             failure.append(exc)
         _put(handoff, _DONE, cancel)

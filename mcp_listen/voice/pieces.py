@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 
-MAX_FIRST_WORDS = 4
-"""The first piece has at most this many words: about a second of speech, which Piper renders in ~95 ms on
-two cores (six words take ~125 ms, three ~90 ms: bench/speak.py's in-process figure)."""
+MAX_FIRST_WORDS = 3
+"""The first piece has at most this many words: under a second of speech, which Piper renders in ~65 ms on
+two cores when it rendered the same just before, ~100 ms cold, as in the server (four words: 87 / ~120 ms;
+bench/speak.py's in-process figures)."""
 _WORD = re.compile(r"\S+")
 MAX_RUN_WORDS = 30
 """The most words synthesised at once without a sentence end: ~0.5 s of synthesis, well inside the ~8 s
