@@ -6,7 +6,7 @@ The rule for "the user talks" is stricter while the agent speaks than the listen
 Silero's probability (a session of this turn's own, apart from the listener's) averaged over the
 last ONSET_WINDOWS cleaned windows reaching ONSET_PROBABILITY, and only once the echo's delay is
 measured (the first second of speech) and the canceller has had SETTLE_S to learn the echo path: a
-user cannot cut in during the speech's first ~1.3 s. Then the speech stops, and the last
+user cannot cut in during the speech's first ~2 s. Then the speech stops, and the last
 PRE_ROLL_WINDOWS windows go to the listener first: nothing the user said is lost. A speech played
 out with nobody cutting in ends as the half-duplex turn does (engine/turn.py): the windows until the
 echo has died away are dropped.
@@ -47,9 +47,11 @@ probability dips within a word (bench/barge.py: a run of five windows over 0.6 c
 missed more often, for no fewer false barge-ins)."""
 ONSET_PROBABILITY = 0.5
 """The average probability over ONSET_WINDOWS from which the user is taken to talk over the agent."""
-SETTLE_S = 0.3
+SETTLE_S = 1.0
 """Listening after the echo's delay was measured (audio/echo.py: Aligner, the first second of speech)
-before a barge-in counts: the fresh canceller's first estimate of the echo path."""
+before a barge-in counts: the fresh canceller's first estimate of the echo path. With 0.3 s the agent's
+own voice at full level stopped it now and then in its first second (bench/barge.py: 0 of 12 with 1.0 s;
+on the test rig, 1 of ~10 live runs)."""
 PRE_ROLL_WINDOWS = 47
 """Windows handed to the listener when the user cuts in: the last 1.5 s. The user may have begun well before
 the onset rule was met (the damped first words); the listener's own onset, in these windows, decides where
