@@ -297,6 +297,16 @@ def _disable_onnxruntime_telemetry() -> bool:
     return was_off
 
 
+def installed(module: str) -> bool:
+    """Whether `module` (an optional extra's) can be imported, found without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def import_onnxruntime() -> Any:
     """Import onnxruntime with its telemetry off: the only way this package imports it (the VAD
     directly, the voice before Piper imports it).

@@ -16,10 +16,10 @@ ALIGNED_LEAD_S ahead of the echo.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from typing import Any
 
+from mcp_listen.config import installed
 from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
 
 SEARCH_LEAD_S = 0.15
@@ -51,10 +51,7 @@ ECHO_UNAVAILABLE_SPEAK = (
 
 def available() -> bool:
     """Whether the canceller can be imported; imports nothing."""
-    try:
-        return importlib.util.find_spec("pywebrtc_audio") is not None
-    except (ImportError, ValueError):
-        return False
+    return installed("pywebrtc_audio")
 
 
 class FarEnd:

@@ -8,12 +8,11 @@ config with bare `config["..."]` lookups and would crash on a hostile one.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-from mcp_listen.config import import_onnxruntime
+from mcp_listen.config import import_onnxruntime, installed
 from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import VoiceError
 from mcp_listen.voice.check import VoiceInfo
@@ -33,10 +32,7 @@ PIPER_MISSING = (
 
 def available() -> bool:
     """Whether piper-tts can be imported (speak_text is listed only then); imports nothing."""
-    try:
-        return importlib.util.find_spec("piper") is not None
-    except (ImportError, ValueError):
-        return False
+    return installed("piper")
 
 
 class Synthesizer:

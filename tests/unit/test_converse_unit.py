@@ -130,19 +130,13 @@ def test_leaving_the_turn_early_stops_the_speech_and_never_one_that_did_not_star
 # ---------------------------------------------------------------- barge-in
 
 
-class Windows:
-    """int16 windows numbered 0.. (every sample is the number); `during(i)` runs before window i."""
-
-    latency_s = 0.02
-
-    def __init__(self, count: int, during: Any) -> None:
-        self.count, self.during = count, during
+class Windows(Mic):
+    """Mic's numbered windows as int16 samples (every sample is the number)."""
 
     def __iter__(self):
         import numpy as np
 
-        for i in range(self.count):
-            self.during(i)
+        for i in super().__iter__():
             yield np.full(512, i, dtype=np.int16)
 
 
