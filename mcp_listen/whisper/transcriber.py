@@ -97,26 +97,29 @@ class WhisperContext:
         count = pw.whisper_full_n_segments(self.ctx)
         return [pw.whisper_full_get_segment_text(self.ctx, i).decode("utf-8", "replace") for i in range(count)]
 
-    def detect(self, audio: np.ndarray, audio_ctx: int, threads: int) -> Detected:
-        """The language spoken in `audio` (float32, 16 kHz, at least 1 s), encoded at `audio_ctx` (0: 30 s)."""
+    def detect(self, audio: np.ndarray, audio_ctx: int, threads: int) -> str:
+        """The language spoken in `audio` (float32, 16 kHz, at least 1 s), encoded at `audio_ctx` (0: 30 s).
+
+        Through whisper_full's own detector (`detect_language`: it detects, then returns): whisper_full
+        lets go of the GIL while it runs, where the binding's whisper_lang_auto_detect holds it for the
+        whole encoder pass (measured on base, 4 s of speech: the other threads stood still for 0.47-0.60 s
+        on an idle machine, the same language and probability either way). Detection runs while the
+        user speaks, and the microphone's callback needs the GIL: held longer (a larger model, a busy
+        machine) the callback starves, blocks are lost and the watchdog calls the microphone lost.
+        whisper_full detects at the context of the call before it, so a short call sets that first.
+        Its probability is only in the log (`detected_probability`).
+        """
         import numpy as np
 
-        pw = self._pw
-        self.transcribe(
-            np.zeros(CONTEXT_ONLY_SAMPLES, np.float32),
-            lambda: False,
-            language="en",
-            detect_language=False,
-            audio_ctx=audio_ctx,
-            n_threads=threads,
-        )
-        if pw.whisper_pcm_to_mel(self.ctx, audio, audio.size, threads) != 0:
-            raise RuntimeError("whisper_pcm_to_mel failed")
-        probabilities = np.zeros(pw.whisper_lang_max_id() + 1, np.float32)
-        lang_id = pw.whisper_lang_auto_detect(self.ctx, 0, threads, probabilities)
+        never = lambda: False  # noqa: E731 - whisper_full's abort callback
+        context = np.zeros(CONTEXT_ONLY_SAMPLES, np.float32)
+        self.transcribe(context, never, language="en", detect_language=False, audio_ctx=audio_ctx, n_threads=threads)
+        self.transcribe(audio, never, language="auto", detect_language=True, audio_ctx=audio_ctx, n_threads=threads)
+        self.params.detect_language = False
+        lang_id = self._pw.whisper_full_lang_id(self.ctx)
         if lang_id < 0:
-            raise RuntimeError(f"whisper_lang_auto_detect returned {lang_id}")
-        return Detected(pw.whisper_lang_str(lang_id), float(probabilities[lang_id]))
+            raise RuntimeError(f"whisper_full_lang_id returned {lang_id}")
+        return str(self._pw.whisper_lang_str(lang_id))
 
     def __del__(self) -> None:
         ctx, self.ctx = getattr(self, "ctx", None), None
@@ -146,6 +149,20 @@ def _whisper_log(pw: Any) -> Iterator[list[tuple[int, str]]]:
         finally:
             if setter is not None:
                 setter(None)
+
+
+DETECTED_LINE = re.compile(r"auto-detected language: \S+ \(p = ([0-9.]+)\)")
+"""whisper_full's log line for its detection: `auto-detected language: es (p = 0.990283)`."""
+
+
+def detected_probability(lines: list[tuple[int, str]]) -> float:
+    """Whisper's probability for the language it detected, from its log; 0.0 (unsure: the next phrase
+    detects again) when the line is missing."""
+    for _, text in reversed(lines):
+        found = DETECTED_LINE.search(text)
+        if found:
+            return float(found.group(1))
+    return 0.0
 
 
 def _failures(lines: list[tuple[int, str]]) -> list[str]:
@@ -267,8 +284,9 @@ class Transcriber:
 
         padded = _pad_to_whisper_minimum(audio)
         try:
-            with _whisper_log(pw):
-                return self._model.detect(padded, audio_ctx_for(padded.size), self.threads)
+            with _whisper_log(pw) as lines:
+                language = self._model.detect(padded, audio_ctx_for(padded.size), self.threads)
+            return Detected(language, detected_probability(lines))
         except Exception as exc:
             raise TranscriptionError(
                 f"Language detection failed: {type(exc).__name__}: {exc}", code="transcription_failed"

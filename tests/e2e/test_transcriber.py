@@ -514,5 +514,42 @@ def test_a_fresh_multilingual_model_detects_the_language_and_prints_nothing(base
     assert words.language == "fr" and "café" in words.text.lower(), words
 
 
+def test_language_detection_lets_the_microphone_thread_run(base_model_path: Path) -> None:
+    """Detection runs while the user speaks, and the microphone's callback needs the GIL: the binding's
+    whisper_lang_auto_detect held it for the whole encoder pass (0.47-0.60 s for 4 s of speech on base,
+    an idle machine; device_lost on a loaded one). A thread that wakes every 5 ms must keep waking."""
+    import audio_assets as A
+
+    transcriber = T.Transcriber(2)
+    audio = W.condition(
+        A.read_wav(A.speech("Hola, me gustaría saber qué tiempo hará mañana en el parque.", voice="es"))
+    )
+    transcriber.load(base_model_path)
+    gaps: list[float] = []
+    done = threading.Event()
+
+    def tick() -> None:
+        last = time.monotonic()
+        while not done.is_set():
+            time.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        started = time.monotonic()
+        detected = transcriber.detect(audio, path=base_model_path)
+        took = time.monotonic() - started
+    finally:
+        done.set()
+        ticker.join()
+    assert detected.language == "es" and detected.probability >= 0.8, detected
+    assert max(gaps) < max(0.25, took / 4), (
+        f"the other threads stood still {max(gaps):.3f} s of a {took:.3f} s detection"
+    )
+
+
 def test_an_english_only_model_hears_english(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
     assert loaded.detect(W.condition(jfk[: 16000 * 3]), path=model_path) == T.Detected("en", 1.0)
