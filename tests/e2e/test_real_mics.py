@@ -21,7 +21,9 @@ import pytest
 from rpc import mcp_client, server_env, structured
 from speech_checks import wait_until_recording, wer, without_trailing_silence, words
 
-pytestmark = pytest.mark.anyio
+# One parallel worker takes the whole module: a private jackd per rate, and the 16 kHz reference
+# transcripts made once for all three microphones.
+pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("real-mics")]
 RATE = 16000
 FORMATS = {"48k-stereo": (48000, 2), "44k1-stereo": (44100, 2), "8k-mono": (8000, 1)}
 SENTENCES = [

@@ -262,7 +262,7 @@ def test_requests_before_initialize_get_an_error_that_says_what_to_do(env):
     assert {t["name"] for t in listed["result"]["tools"]} == TOOL_NAMES
 
 
-PIPELINED_RUNS = 50
+PIPELINED_RUNS = 12
 
 
 def _pipelined_run(env) -> list:

@@ -14,6 +14,7 @@ itself (and threw on every error result while errors carried structuredContent).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -76,7 +77,12 @@ def node_clients() -> dict[str, str]:
     missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
     if missing:
         pytest.fail(f"{' and '.join(missing)} not found: install Node.js 20+ (with npm) to run the client tests")
-    versions = {name: _npm_install(client) for name, client in NODE_CLIENTS.items()}
+    NODE_CACHE.mkdir(parents=True, exist_ok=True)
+    # Parallel workers (tools/dev test) share the cache: one installs while the others wait, then find
+    # it up to date.
+    with open(NODE_CACHE / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        versions = {name: _npm_install(client) for name, client in NODE_CLIENTS.items()}
     print(f"\nMCP clients under test: {versions}")
     return versions
 

@@ -111,6 +111,7 @@ def test_dev_test_counts_no_test_run_as_a_failure():
     done = subprocess.run(
         [str(TOOLS / "dev"), "test", "-k", "no_test_is_named_like_this_anywhere"],
         capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL, cwd=REPO,
+        env={**os.environ, "MCP_LISTEN_TEST_WORKERS": "0"},  # no worker processes to collect nothing
     )  # fmt: skip
     assert done.returncode == 5, done.stdout[-2000:] + done.stderr[-2000:]
     assert "ran no test" in done.stderr

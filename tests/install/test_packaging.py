@@ -3,7 +3,8 @@ the three ways users run it (a fresh venv's console script, `pipx run`, `uvx`), 
 folder with no path to the checkout.
 
 The build-and-install tests are marked `slow` (minutes; they fetch dependencies from PyPI, which
-CI can reach) and run in the default `pytest` run. One build is shared by the module.
+CI can reach) and run in the default `pytest` run. One build is shared by the module, so its tests
+stay on one parallel worker (the xdist group below).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ REGISTRY_NAME = "io.github.mcp-listen/mcp-listen"
 LISTEN_COMMAND = "tools/dev listen"
 TEST_COMMAND = "tools/dev test"
 INSTALL_TIMEOUT = 900
+
+pytestmark = pytest.mark.xdist_group("packaging")
 
 
 # ----------------------------------------------------------------------------- registry metadata
