@@ -74,10 +74,23 @@ class Played:
         return round(self.frames * 1000 / self.sample_rate)
 
 
+OpenStream = Callable[[int, int], tuple[Any, int]]
+"""(device index, voice rate) -> (an unstarted output stream, the rate it runs at)."""
+
+
 class Speaker:
     """One output stream and its writer thread: `feed` arrays, then `finish` for what was played."""
 
-    def __init__(self, portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel) -> None:
+    def __init__(
+        self,
+        portaudio: StreamLock,
+        device_index: int,
+        sample_rate: int,
+        stop: Cancel,
+        open_stream: OpenStream | None = None,
+    ) -> None:
+        self._open_stream = open_stream or open_output_stream
+        """Opens the device's stream (index, rate) -> (stream, the rate it runs at); a test hands in its own."""
         self._portaudio = portaudio
         self._device = device_index
         self.sample_rate = sample_rate
@@ -182,7 +195,7 @@ class Speaker:
         stream = None
         try:
             try:
-                stream, self.device_rate = _output_stream(self._device, self.sample_rate)
+                stream, self.device_rate = self._open_stream(self._device, self.sample_rate)
                 self._resampler = _resampler(self.sample_rate, self.device_rate)
                 stream.start()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
@@ -262,9 +275,11 @@ class Speaker:
 
 
 @contextmanager
-def speaker(portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel) -> Iterator[Speaker]:
+def speaker(
+    portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel, open_stream: OpenStream | None = None
+) -> Iterator[Speaker]:
     """An open Speaker; left early (an error, a cancel), it stops playing at once and frees the device."""
-    out = Speaker(portaudio, device_index, sample_rate, stop)
+    out = Speaker(portaudio, device_index, sample_rate, stop, open_stream)
     out.open()
     try:
         yield out
@@ -273,7 +288,7 @@ def speaker(portaudio: StreamLock, device_index: int, sample_rate: int, stop: Ca
             out.abandon()
 
 
-def _output_stream(device_index: int, sample_rate: int) -> tuple[Any, int]:
+def open_output_stream(device_index: int, sample_rate: int) -> tuple[Any, int]:
     """Mono at the voice's rate; a device that refuses it (an ALSA hw device that runs only at 48 kHz) at its
     own default rate, the voice resampled to it. Returns the stream and the rate it runs at."""
     import sounddevice as sd

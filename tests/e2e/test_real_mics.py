@@ -120,6 +120,7 @@ def test_the_device_opens_only_at_its_native_rate(vmic, jack_mic, tmp_path):
     }
 
 
+@pytest.mark.solo  # a loaded machine makes the private jackd drop periods: the recording has holes
 @pytest.mark.parametrize("silence_ms", [500, 1000])
 async def test_stop_on_silence_writes_16k_mono_and_keeps_its_timing(vmic, jack_mic, tmp_path, silence_ms):
     first = without_trailing_silence(A.speech("the quick brown fox jumps over the lazy dog"))

@@ -506,9 +506,8 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
     from mcp_listen.audio.speaker import BLOCK_MS
 
     stream = FakeStream()
-    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: (stream, rate))
     lock, stop = threading.Lock(), threading.Event()
-    with speakers.speaker(lock, 3, 22050, stop) as out:
+    with speakers.speaker(lock, 3, 22050, stop, lambda index, rate: (stream, rate)) as out:
         out.feed(np.zeros(22050, dtype=np.int16))
         out.feed(np.zeros(11025, dtype=np.int16))
         whole = out.finish()
@@ -517,8 +516,7 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
     assert stream.aborted and stream.closed and not lock.locked()
 
     stream = FakeStream()
-    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: (stream, rate))
-    with speakers.speaker(lock, 3, 22050, stop) as out:
+    with speakers.speaker(lock, 3, 22050, stop, lambda index, rate: (stream, rate)) as out:
         out.feed(np.zeros(22050 * 60, dtype=np.int16))  # 3 s at the fake's pace
         out.first_audio.wait(5)
         stop.set()
@@ -534,11 +532,10 @@ def test_feeding_waits_while_more_than_the_lookahead_is_queued_and_a_stop_drops_
     from mcp_listen.audio.speaker import AHEAD_S
 
     stream = FakeStream()
-    monkeypatch.setattr(speakers, "_output_stream", lambda index, rate: (stream, rate))
     monkeypatch.setattr(speakers, "AHEAD_S", 0.5)
     lock, stop = threading.Lock(), threading.Event()
     second = 22050 * 2  # 2 s of audio: 0.1 s at the fake's pace
-    with speakers.speaker(lock, 3, 22050, stop) as out:
+    with speakers.speaker(lock, 3, 22050, stop, lambda index, rate: (stream, rate)) as out:
         out.feed(np.zeros(second, dtype=np.int16))
         started = time.monotonic()
         out.feed(np.zeros(second, dtype=np.int16))  # waits until <= 0.5 s of the first is left
@@ -591,10 +588,9 @@ def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio(monkeyp
     def refuse(index: int, rate: int) -> Any:
         raise PortAudioError("Invalid sample rate")
 
-    monkeypatch.setattr(speakers, "_output_stream", refuse)
     lock = threading.Lock()
     with pytest.raises(CaptureError, match="Could not open the speaker: Invalid sample rate") as caught:
-        with speakers.speaker(lock, 3, 22050, threading.Event()):
+        with speakers.speaker(lock, 3, 22050, threading.Event(), refuse):
             pass
     assert caught.value.code == "device_unavailable"
     deadline = time.monotonic() + 2
