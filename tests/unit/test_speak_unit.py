@@ -499,7 +499,7 @@ class FakeStream:
         self.closed = True
 
 
-def test_the_speaker_writes_small_blocks_and_stops_between_them(monkeypatch):
+def test_the_speaker_writes_small_blocks_and_stops_between_them():
     import numpy as np
 
     from mcp_listen.audio import speaker as speakers
@@ -578,7 +578,7 @@ def test_a_speaker_that_refuses_the_voices_rate_plays_it_resampled_to_its_own(mo
     assert abs(sum(stream.writes) - 96000) <= 48 and played.frames == sum(stream.writes)
 
 
-def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio(monkeypatch):
+def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio():
     from mcp_listen.audio import speaker as speakers
     from mcp_listen.errors import CaptureError
 
