@@ -56,6 +56,15 @@ def sound_span_ms(samples: np.ndarray) -> int:
     return 0 if len(loud) == 0 else round((loud[-1] - loud[0]) * 1000 / 16000)
 
 
+def sounding_ms(samples: np.ndarray, window_ms: int = 10) -> int:
+    """How long the recording holds sound, gaps left out: an underrun on a busy machine stretches the span
+    with silence, while a doubled or looping speech adds sound."""
+    size = 16000 * window_ms // 1000
+    usable = len(samples) // size * size
+    peaks = np.abs(samples[:usable].astype(np.int32)).reshape(-1, size).max(axis=1)
+    return int((peaks > SOUND).sum()) * window_ms
+
+
 def transcribe(samples: np.ndarray, model_path: Path, rate: int = 16000) -> str:
     """What whisper hears in int16 samples (resampled to 16 kHz when `rate` differs)."""
     from mcp_listen.whisper.transcriber import Transcriber

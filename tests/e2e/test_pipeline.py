@@ -125,10 +125,10 @@ async def test_model_name_lookup_in_whisper_model_path(vmic, rec_dir, ollama, mo
             vmic,
             "transcribe_voice",
             {"whisper_model": "tiny.en"},
-            spoken("The weather today is sunny and warm."),
+            spoken(QUESTION),  # tiny.en mishears espeak's "The weather" at a third of the start offsets
         )
     assert not result.is_error, result.content[0].text
-    assert wer("The weather today is sunny and warm.", result.structured_content["transcription"]) <= 0.3
+    assert wer(QUESTION, result.structured_content["transcription"]) <= 0.3
 
 
 async def test_transcribe_voice_outcomes(env, vmic, ollama, model_path):

@@ -13,7 +13,7 @@ import jackmic
 import numpy as np
 import pytest
 from rpc import error_of, mcp_client, wire
-from speaker_rig import FOX, LONG, recording_the_speaker, sound_span_ms, transcribe
+from speaker_rig import FOX, LONG, recording_the_speaker, sound_span_ms, sounding_ms, transcribe
 from speech_checks import wer
 
 pytestmark = pytest.mark.anyio
@@ -33,8 +33,8 @@ async def test_spoken_text_is_heard_as_said(speak_env, vmic, tmp_path, model_pat
     assert spoken["voice"] == "en_US-joe-medium" and spoken["interrupted"] is False
     assert isinstance(spoken["first_audio_ms"], int) and spoken["first_audio_ms"] >= 0
     heard = np.fromfile(raw, dtype=np.int16)
-    span = sound_span_ms(heard)
-    assert 0.5 * spoken["duration_ms"] <= span <= spoken["duration_ms"] + 300, (span, spoken)
+    span, sounding = sound_span_ms(heard), sounding_ms(heard)
+    assert 0.5 * spoken["duration_ms"] <= span and sounding <= spoken["duration_ms"] + 300, (span, sounding, spoken)
     text = await anyio.to_thread.run_sync(lambda: transcribe(heard, model_path))
     assert wer(FOX, text) <= 0.35, text
     assert after == {"recording": False, "tool": None, "elapsed_ms": None, "device": None, "whisper_model_loaded": None}
@@ -102,7 +102,7 @@ def test_the_cli_speaks_and_prints_the_result(speak_env, vmic, tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["voice"] == "en_US-joe-medium" and result["interrupted"] is False
-    assert 0 < sound_span_ms(np.fromfile(raw, dtype=np.int16)) <= result["duration_ms"] + 300
+    assert 0 < sounding_ms(np.fromfile(raw, dtype=np.int16)) <= result["duration_ms"] + 300
     slow = subprocess.run([*run, FOX, "--speed", "3"], env=speak_env, capture_output=True, text=True, timeout=60)
     assert slow.returncode == 64 and "Invalid speed" in slow.stderr, slow.stderr
 
