@@ -271,6 +271,27 @@ def users() -> list[dict[str, Any]]:
     return chosen
 
 
+def reaction_floor_ms(samples: Any, stop_to_silence_ms: float) -> float:
+    """The reaction the onset rule has with no agent at all: Silero (a fresh session) on the clip alone, from
+    its first loud sample to the window on which ONSET_WINDOWS windows average ONSET_PROBABILITY, plus
+    the input latency and the speaker's cancel -> silence. The clips open with 0-280 ms of breath and
+    quiet onset above the loudness mark, which no rule on speech can hear as speech."""
+    from mcp_listen.engine.barge import ONSET_PROBABILITY, ONSET_WINDOWS
+    from mcp_listen.speech.vad import SileroVAD
+
+    vad = SileroVAD()
+    lead = RATE // 2
+    padded = np.concatenate([np.zeros(lead), samples, np.zeros(lead)])
+    recent: list[float] = []
+    for i in range(len(padded) // WINDOW):
+        window = np.clip(padded[i * WINDOW : (i + 1) * WINDOW], -32768, 32767).astype(np.int16)
+        recent = [*recent, vad.hear(window)[0]][-ONSET_WINDOWS:]
+        if len(recent) == ONSET_WINDOWS and sum(recent) >= ONSET_PROBABILITY * ONSET_WINDOWS:
+            heard_ms = ((i + 1) * WINDOW - lead - first_loud(samples)) * 1000 / RATE
+            return round(heard_ms + INPUT_LATENCY_S * 1000 + stop_to_silence_ms, 1)
+    return float("nan")
+
+
 def first_loud(samples: Any) -> int:
     loud = np.flatnonzero(np.abs(samples) > 300)
     return int(loud[0]) if len(loud) else 0
@@ -348,6 +369,7 @@ def run_condition(
                 "before_the_user": early,
                 "onset_s": round(onset_s, 3),
                 "reaction_ms": None if after is None else round(after + parts["stop_to_silence_ms"], 1),
+                "reaction_floor_ms": parts["floor"][clip["id"]],
                 "detected_ms": after,
                 "heard": said,
                 "errors": ref_errors,
@@ -385,6 +407,7 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
             "stopped_before_the_user": sum(r["before_the_user"] for r in cut),
             "runs_user": len(cut),
             "reaction_ms": summary(r["reaction_ms"] for r in cut if r["reaction_ms"] is not None),
+            "reaction_floor_ms": summary(r["reaction_floor_ms"] for r in cut if r["reaction_ms"] is not None),
             "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
             "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
             "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
@@ -411,6 +434,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"    user detected                   {s['barge_ins_detected']} of {s['runs_user']}")
         print(f"    stopped before the user spoke   {s['stopped_before_the_user']} of {s['runs_user']}")
         print(f"    reaction (onset -> silence)     {r.get('median')} ms median, p90 {r.get('p90')}")
+        f = s["reaction_floor_ms"]
+        print(f"    the same, user alone (floor)    {f.get('median')} ms median, p90 {f.get('p90')}")
         print(f"    WER with barge-in / clip alone  {s['wer_pct']} % / {s['wer_alone_pct']} %")
         print(
             f"    ERLE once aligned               {s['erle_db'].get('median')} dB median (min {s['erle_db'].get('min')})"
@@ -436,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         "alone": {c["id"]: whisper.words(c["samples"]) for c in clips},
         "stop_to_silence_ms": _stop_to_silence_ms(),
     }
+    parts["floor"] = {c["id"]: reaction_floor_ms(c["samples"], parts["stop_to_silence_ms"]) for c in clips}
     report: dict[str, Any] = {
         "config": {
             "runs": opts.runs,

@@ -85,9 +85,20 @@ class EchoModel:
         self._levels: deque[float] = deque(maxlen=HISTORY_WINDOWS)
 
     def reset(self) -> None:
-        """Forget the echo path (the reference's alignment changed); the baseline is kept."""
+        """Forget the echo path and what it left (the reference's alignment changed)."""
         self._weights[:] = 0
+        self._spectra[:] = 0
+        self._previous[:] = 0
         self._blocks = 0
+        self._ratios.clear()
+        self._levels.clear()
+
+    def learn(self, near: Any, far: Any) -> None:
+        """Adapt to a window heard earlier, measuring nothing: a fresh model is taught the second the delay
+        was measured on (engine/barge.py), so that it knows the path when the user may first cut in."""
+        np = self._np
+        for start in (0, BLOCK):
+            self._block(near[start : start + BLOCK].astype(np.float64), far[start : start + BLOCK].astype(np.float64))
 
     def process(self, near: Any, far: Any) -> tuple[Any, Explained]:
         """`near` (a window of the microphone) less the predicted echo of `far` (what was played then), and

@@ -51,25 +51,33 @@ class Explaining(Protocol):
 
     def process(self, near: Any, far: Any) -> tuple[Any, Explained]: ...
 
+    def learn(self, near: Any, far: Any) -> None: ...
+
     def reset(self) -> None: ...
 
 
 ONSET_WINDOWS = 2
-"""The span (64 ms) over which the rule must hold. On bench/barge.py's four rooms (10 runs each), two
-windows caught the user ~40 ms sooner than three, with no more false barge-ins."""
-ONSET_PROBABILITY = 0.5
-"""Silero's average probability over ONSET_WINDOWS, on what the echo model leaves."""
+"""The span (64 ms) over which the rule must hold: three windows caught the user ~20 ms later for no fewer
+false barge-ins (bench/barge.py's four rooms, 30 recorded turns each)."""
+ONSET_PROBABILITY = 0.6
+"""Silero's average probability over ONSET_WINDOWS, on what the echo model leaves: at 0.5 the agent's own
+voice stopped it once in 30 turns in the 120 ms reverberant room; 0.7 was ~10 ms slower for nothing."""
 RISE_DB = 6.0
 """How far the unexplained share must rise over the echo-alone baseline: the echo alone leaves 20-30 dB
-less than the microphone heard once learnt, a user as loud as the echo a few dB less. At 4 dB the
-reverberant rooms stopped the agent now and then; at 9 dB a quiet user was missed more often."""
+less than the microphone heard once learnt, a user as loud as the echo a few dB less (4-9 dB decided the
+same on the bench)."""
 LEARNT_DB = -6.0
-"""The echo-alone baseline must be at least this far down: before, the model has not learnt the path,
-and a rise means nothing. It is the main cause of a missed user in the first seconds of a turn."""
+"""The echo-alone baseline must be at least this far down: before, the model has not learnt the path and
+a rise means nothing (the user is then missed rather than the agent stopping itself)."""
 LEVEL_DB = -6.0
 """The leftover against the microphone's usual level while the agent speaks: the end of a word, where the
 echo fades faster than the model follows, leaves a large share of very little sound. Without this, the
-agent's own voice at full level stopped it in 5-12 of 20 runs."""
+agent's own voice at full level stopped it in 5-12 of 20 runs; at -10 dB, once in 30 in a room."""
+REPLAY_WINDOWS = 32
+"""The windows (the last second) the echo model is taught again, REPLAY_PASSES times, once the delay is
+measured on them: a fresh model learns a path in 2-3 s of speech, while the user may cut in from ~2 s on
+(bench/barge.py, 10 runs per room: users missed 0 / 0 / 2 / 1 of 10 instead of 0 / 0 / 2 / 3)."""
+REPLAY_PASSES = 3
 PRE_ROLL_WINDOWS = 47
 """Windows handed to the listener when the user cuts in: the last 1.5 s. The user may have begun well before
 the onset rule was met (the damped first words); the listener's own onset, in these windows, decides where
@@ -93,6 +101,8 @@ class BargeIn(SpeechFirst):
         self._far: FarEnd | None = None
         self._canceller: Cleaning = canceller or Canceller()
         self._echo: Explaining = echo_model or EchoModel()
+        self._heard: deque[tuple[Any, float]] = deque(maxlen=REPLAY_WINDOWS)
+        """The last windows and when each was heard, for teaching the echo model once the delay is known."""
         self._anchor: float | None = None
         self._count = 0
         self.aligner = Aligner()
@@ -167,10 +177,12 @@ class BargeIn(SpeechFirst):
         reference = far.reference(heard_from, self.aligner.lead_s)
         if self.aligner.add(window, reference):
             self._canceller.reset()
-            self._echo.reset()
+            self._teach_echo_model(far)
+            reference = far.reference(heard_from, self.aligner.lead_s)
             log.info("the echo's delay measured: the reference now leads it by %.0f ms", ALIGNED_LEAD_S * 1000)
         if self.aligned_window is None and self.aligner.done:
             self.aligned_window = count
+        self._heard.append((window, heard_from))
         left, explained = self._echo.process(window, reference)
         return self._canceller.clean(window, reference), left, explained
 
@@ -181,6 +193,13 @@ class BargeIn(SpeechFirst):
         if self.barged_at is None or far is None or far.started_at is None:
             return None
         return self.barged_at - far.started_at
+
+    def _teach_echo_model(self, far: FarEnd) -> None:
+        """A fresh echo model, taught the last second again with the reference at the measured delay."""
+        self._echo.reset()
+        for _ in range(REPLAY_PASSES):
+            for window, heard_from in self._heard:
+                self._echo.learn(window, far.reference(heard_from, self.aligner.lead_s))
 
     def _echo_found(self) -> bool:
         """Whether the microphone hears the speech at all (False with headphones: the delay search found no

@@ -179,6 +179,8 @@ class ModelledEcho:
 
         return near, Explained(-2.0 if int(near[0]) in self.user else -25.0, -25.0, 0.0)
 
+    def learn(self, near: Any, far: Any) -> None: ...
+
     def reset(self) -> None: ...
 
 
@@ -218,7 +220,9 @@ def _settled_window() -> int:
 
 
 def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_with_the_pre_roll():
-    from mcp_listen.engine.barge import ONSET_WINDOWS, PRE_ROLL_WINDOWS, BargeIn
+    import math
+
+    from mcp_listen.engine.barge import ONSET_PROBABILITY, ONSET_WINDOWS, PRE_ROLL_WINDOWS, BargeIn
 
     playback = FakePlayback()
     onset = _settled_window() + 20
@@ -232,7 +236,8 @@ def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_wi
     turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller, ModelledEcho())  # type: ignore[arg-type]
     live: list[int] = []
     heard = [int(w[0]) for w in turn.windows(Windows(onset + 40, during), lambda: live.append(1))]
-    cut_at = onset + ONSET_WINDOWS // 2 - 1  # half the span in speech: the average reaches 0.5 (no echo: headphones)
+    # no echo (headphones): stopped once enough of the span is speech for the average to reach the bar
+    cut_at = onset + math.ceil(ONSET_PROBABILITY * ONSET_WINDOWS) - 1
     assert playback.stopped and live == [1]
     assert heard == list(range(cut_at - PRE_ROLL_WINDOWS + 1, onset + 40))  # from before the first syllable on
     assert turn.cut_in_after_s is not None and turn.cut_in_after_s >= 1.0

@@ -48,3 +48,21 @@ def test_silence_played_teaches_nothing_and_leaves_the_microphone_as_it_is():
         out, explained = model.process(near, np.zeros(512, np.int16))
     assert np.array_equal(out, near)
     assert explained.baseline_db == 0.0 and explained.unexplained_db == 0.0
+
+
+def test_a_model_taught_the_last_second_again_knows_the_path_at_once():
+    rng = np.random.default_rng(5)
+    played = rng.standard_normal(512 * 50) * 3000
+    echo = _room(played)
+    windows = [
+        (echo[i : i + 512].astype(np.int16), played[i : i + 512].astype(np.int16)) for i in range(0, 512 * 50, 512)
+    ]
+    taught, fresh = EchoModel(), EchoModel()
+    for _ in range(3):
+        for near, far in windows[:32]:
+            taught.learn(near, far)
+    measured = [taught.process(near, far)[1] for near, far in windows[32:]]
+    first_fresh = [fresh.process(near, far)[1].unexplained_db for near, far in windows[32:40]]
+    assert max(m.unexplained_db for m in measured) < -15 and min(first_fresh) > -10, (measured, first_fresh)
+    assert measured[9].baseline_db == 0.0  # the baseline only from what it measured, not what it learnt
+    assert measured[-1].baseline_db < -15
