@@ -75,7 +75,7 @@ echo fades faster than the model follows, leaves a large share of very little so
 agent's own voice at full level stopped it in 5-12 of 20 runs; at -10 dB, once in 30 in a room."""
 REPLAY_WINDOWS = 32
 """The windows (the last second) the echo model is taught again, REPLAY_PASSES times, once the delay is
-measured on them: a fresh model learns a path in 2-3 s of speech, while the user may cut in from ~2 s on
+measured on them: a fresh model learns a path in 2-3 s of speech, while the user may cut in from then on
 (bench/barge.py, 10 runs per room: users missed 0 / 0 / 2 / 1 of 10 instead of 0 / 0 / 2 / 3)."""
 REPLAY_PASSES = 3
 PRE_ROLL_WINDOWS = 47
