@@ -74,8 +74,9 @@ class Settings:
     ollama_timeout_s: float = 120.0
     """Seconds to wait for Ollama's reply before giving up (MCP_LISTEN_OLLAMA_TIMEOUT_S)."""
 
-    whisper_threads: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
-    """CPU threads whisper.cpp uses (MCP_LISTEN_WHISPER_THREADS)."""
+    whisper_threads: int | None = None
+    """CPU threads whisper.cpp uses (MCP_LISTEN_WHISPER_THREADS); None: chosen per pass from the
+    CPUs free at the time (whisper/threads.py)."""
 
     defaults: limits.Defaults = limits.Defaults()
     """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,

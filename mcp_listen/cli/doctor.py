@@ -42,6 +42,7 @@ from mcp_listen.cli.doctor_speak import check_speaking
 from mcp_listen.config import Settings, redact_url
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL, resolve_model, short_name
+from mcp_listen.whisper.threads import threads_now
 
 
 def run(
@@ -104,8 +105,18 @@ def check_whisper_model(settings: Settings, name: str | None) -> Check:
         failed = {"wanted": wanted, "code": exc.code, "search_dirs": dirs}
         return Check("whisper_model", title, FAIL, exc.message, _whisper_remedy(settings, wanted, exc.code), failed)
     size = path.stat().st_size
-    data: dict[str, Any] = {"wanted": wanted, "path": str(path), "size_bytes": size, "search_dirs": dirs}
-    return Check("whisper_model", title, OK, f"{path} ({size / 1e6:.0f} MB)", data=data)
+    threads = threads_now(settings.whisper_threads)
+    data: dict[str, Any] = {
+        "wanted": wanted,
+        "path": str(path),
+        "size_bytes": size,
+        "search_dirs": dirs,
+        "threads": threads.threads,
+        "threads_reason": threads.reason,
+    }
+    plural = "s" if threads.threads != 1 else ""
+    detail = f"{path} ({size / 1e6:.0f} MB); {threads.threads} thread{plural} now ({threads.reason})"
+    return Check("whisper_model", title, OK, detail, data=data)
 
 
 def _whisper_remedy(settings: Settings, wanted: str, code: str) -> str:

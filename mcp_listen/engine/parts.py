@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp_listen.config import Settings
 from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import TranscriptionError
+from mcp_listen.whisper.threads import ThreadPolicy
 
 if TYPE_CHECKING:
     from mcp_listen.audio.microphone import Claim
@@ -124,6 +125,8 @@ class Whisper:
         self.settings = settings
         self._transcriber: Any = None
         self._lock = threading.Lock()
+        self.threads = ThreadPolicy(fixed=settings.whisper_threads)
+        """Threads per whisper pass: MCP_LISTEN_WHISPER_THREADS, else what is free at the time."""
 
     @property
     def loaded_path(self) -> Path | None:
@@ -134,7 +137,7 @@ class Whisper:
             if self._transcriber is None:
                 from mcp_listen.whisper.transcriber import Transcriber
 
-                self._transcriber = Transcriber(threads=self.settings.whisper_threads)
+                self._transcriber = Transcriber(policy=self.threads)
             return self._transcriber
 
     def resolve(self, name: str | None) -> Path:
@@ -143,7 +146,7 @@ class Whisper:
         from mcp_listen.whisper.names import resolve_model
 
         path = resolve_model(name or self.settings.defaults.whisper_model, self.settings.model_search_dirs)
-        validate_model_file(path, self.settings.whisper_threads, probe_ahead=True)  # test load runs while we listen
+        validate_model_file(path, self.threads.ceiling, probe_ahead=True)  # test load runs while we listen
         return path
 
     def check_language(self, model_path: Path, language: str, translate: bool) -> None:

@@ -20,6 +20,7 @@ import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from mcp_listen.whisper.text import (
     audio_ctx_for,
     max_tokens_for,
 )
+from mcp_listen.whisper.threads import ThreadPolicy
 
 if TYPE_CHECKING:
     import numpy as np
@@ -177,8 +179,13 @@ class Transcriber:
     arriving meanwhile waits on the same lock, so the model is loaded once.
     """
 
-    def __init__(self, threads: int) -> None:
-        self.threads = max(1, int(threads))
+    def __init__(self, threads: int | None = None, policy: ThreadPolicy | None = None) -> None:
+        """`threads` fixes the count; without it `policy` (or a fresh one) chooses it per pass from
+        what is free (whisper/threads.py). `self.threads` is the most it will use (memory is sized for it)."""
+        if policy is None:
+            policy = ThreadPolicy(fixed=max(1, int(threads)) if threads is not None else None)
+        self.policy = policy
+        self.threads = policy.ceiling
         self._lock = threading.RLock()
         self._model: Any = None
         self._key: ModelKey | None = None
@@ -285,7 +292,7 @@ class Transcriber:
         padded = _pad_to_whisper_minimum(audio)
         try:
             with _whisper_log(pw) as lines:
-                language = self._model.detect(padded, audio_ctx_for(padded.size), self.threads)
+                language = self._model.detect(padded, audio_ctx_for(padded.size), self.policy.choose().threads)
             return Detected(language, detected_probability(lines))
         except Exception as exc:
             raise TranscriptionError(
@@ -298,6 +305,7 @@ class Transcriber:
         lang = _language(pw, language, self._multilingual)
         if lang == "auto":  # whisper_full's own detection would encode at a stale context (see the context above)
             lang = self._detect(audio[:DETECT_MAX_SAMPLES]).language
+        threads = self.policy.choose().threads
         params = dict(
             language=lang,
             translate=translate and self._multilingual,
@@ -305,16 +313,18 @@ class Transcriber:
             no_context=True,
             initial_prompt=prompt[-PROMPT_CHARS:],
             single_segment=False,
-            n_threads=self.threads,
+            n_threads=threads,
             audio_ctx=audio_ctx_for(audio.size),
             temperature_inc=0.2,  # whisper's fallback: without it tiny.en looped (WER 0.43 vs 0.12-0.15)...
             max_tokens=max_tokens_for(audio.size),  # ...but bounded: a looping pass once ran for 50 s
             greedy={"best_of": 1},  # a fallback pass with whisper's best_of=5 runs 5 decoders (+23 MB
             # resident, measured); one sample per fallback temperature: the same WER on 64 test clips
         )
+        started = time.monotonic()
         try:
             with _whisper_log(pw) as lines:
                 segments = self._model.transcribe(audio, _abort_check(cancel), **params)
+            self.policy.record(threads, audio.size / SAMPLE_RATE, time.monotonic() - started)
         except Exception as exc:
             raise TranscriptionError(
                 f"Transcription failed: {type(exc).__name__}: {exc}", code="transcription_failed"

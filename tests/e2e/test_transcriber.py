@@ -65,6 +65,23 @@ def test_jfk_word_for_word(loaded: T.Transcriber, model_path: Path, jfk: np.ndar
     assert W.usable_text(raw) == raw.strip()
 
 
+def test_a_busy_core_leaves_whisper_one_thread(model_path: Path, jfk: np.ndarray, tmp_path: Path) -> None:
+    """The pass runs on the threads the policy chose from /proc/stat (one of two CPUs busy with another
+    program, written by the test) and its speed is recorded under that count."""
+    from mcp_listen.whisper.threads import CpuMeter, ThreadPolicy
+
+    stat, clock = tmp_path / "stat", [0.0]
+    stat.write_text("cpu0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0\n")
+    meter = CpuMeter(str(stat), clock=lambda: clock[0], own_cpu_s=lambda: 0.0, cpus={0, 1})
+    stat.write_text("cpu0 100 0 0 0 0 0 0 0\ncpu1 0 0 0 100 0 0 0 0\n")
+    clock[0] = 1.0
+    policy = ThreadPolicy(cpus=2, meter=meter)
+    tr = T.Transcriber(policy=policy)
+    assert tr.threads == 2  # memory is sized for the most it may use
+    assert _words(tr.transcribe(jfk, path=model_path)) == _words(JFK_TEXT)
+    assert policy.timed() == {1: 1}
+
+
 def test_quiet_speech_is_lifted_by_conditioning(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
     quiet = (jfk.astype(np.float32) / 32768.0) * 0.05
     raw = loaded.transcribe(W.condition(quiet), path=model_path)
