@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import realspeech_data  # noqa: E402
 from latency import close_server  # noqa: E402
 from realspeech import errors  # noqa: E402
-from rig import ROOT, Rig, proc_stats, stop_player  # noqa: E402
+from rig import ROOT, Rig, busy_cpus, proc_stats, stop_player  # noqa: E402
 
 SILENCE_MS = 1500
 GAP_MS = 500
@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--short-runs", type=int, default=3)
     parser.add_argument("--model", type=Path, default=ROOT / "tests/assets/ggml-tiny.en.bin")
-    parser.add_argument("--threads", type=int, default=2, help="whisper threads (1 on a machine shared with a job)")
+    parser.add_argument("--threads", type=int, default=2, help="whisper threads; 0: the server's own choice per pass")
+    parser.add_argument("--busy", type=int, default=0, help="other programs, each spinning one core, during the runs")
+    parser.add_argument("--busy-nice", type=int, default=0, help="their nice level")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     entries = clips()
@@ -135,18 +137,21 @@ def main(argv: list[str] | None = None) -> int:
         rig = Rig(opts.model.parent, work, threads=opts.threads)
         runs: dict[str, list[dict]] = {"short": [], "long": []}
         try:
-            short = dictation(entries, 10, work / "short.wav")
-            for i in range(opts.short_runs):
-                runs["short"].append(one_run(rig, opts.model, *short, f"short-{i}"))
-                print("short", runs["short"][-1], flush=True)
-            long = dictation(entries, opts.minutes * 60 - 15, work / "long.wav")  # ends before the ceiling
-            runs["long"].append(one_run(rig, opts.model, *long, "long"))
-            print("long", runs["long"][-1], flush=True)
+            with busy_cpus(opts.busy, opts.busy_nice):
+                short = dictation(entries, 10, work / "short.wav")
+                for i in range(opts.short_runs):
+                    runs["short"].append(one_run(rig, opts.model, *short, f"short-{i}"))
+                    print("short", runs["short"][-1], flush=True)
+                if opts.minutes > 0:
+                    long = dictation(entries, opts.minutes * 60 - 15, work / "long.wav")  # ends before the ceiling
+                    runs["long"].append(one_run(rig, opts.model, *long, "long"))
+                    print("long", runs["long"][-1], flush=True)
         finally:
             rig.close()
     report = {
         "model": opts.model.name,
-        "threads": opts.threads,
+        "threads": opts.threads or "auto",
+        "busy": {"programs": opts.busy, "nice": opts.busy_nice},
         "silence_ms": SILENCE_MS,
         "gap_ms": GAP_MS,
         "runs": runs,

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +287,23 @@ class Monitor:
 # --------------------------------------------------------------------------- the whole rig
 
 
+@contextmanager
+def busy_cpus(count: int, nice: int = 0) -> Iterator[None]:
+    """`count` other programs, each spinning one core at `nice`: the loaded laptop of the
+    contention bench (a compiler or an indexer beside the agent)."""
+    spin = "while True: pass"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", spin], preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 class Rig:
     """Virtual microphone + loopback Ollama + monitor, and environments for server children."""
 
@@ -301,11 +320,12 @@ class Rig:
         self._n = 0
 
     def env(self, **extra: str) -> dict[str, str]:
+        if self.threads:  # 0: the server chooses per pass from what is free (its default)
+            extra = {"MCP_LISTEN_WHISPER_THREADS": str(self.threads), **extra}
         return server_env(
             self.mic.env,
             WHISPER_MODEL_PATH=str(self.model_dir),
             OLLAMA_HOST=self.ollama.url,
-            MCP_LISTEN_WHISPER_THREADS=str(self.threads),
             MCP_LISTEN_RECORDINGS_DIR=str(self.workdir / "recordings"),
             MCP_LISTEN_LOG_LEVEL="WARNING",
             **extra,
