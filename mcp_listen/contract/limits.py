@@ -120,9 +120,10 @@ ACCEPTED = {
     "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters, no control characters; empty means "
     "the default)",
     "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
-    "text": f"the text to say: 1 to {MAX_SPEAK_CHARS} characters, not only spaces, no control characters other "
-    f"than newline and tab, no word longer than {MAX_WORD_CHARS} characters (show long codes, URLs and data as "
-    "text instead)",
+    "text": f"the text to say: 1 to {MAX_SPEAK_CHARS} characters (split a longer text into several calls) with at "
+    "least one letter or digit (emoji and punctuation alone are not said), valid Unicode (no lone surrogates), no "
+    f"control characters other than newline and tab, no word longer than {MAX_WORD_CHARS} characters (show long "
+    "codes, URLs and data as text instead)",
     "voice": f"a Piper voice name such as {DEFAULT_VOICE}, a file name or a path (1 to {MAX_VOICE_CHARS} "
     "characters, no control characters; empty means the default)",
     "speed": f"a number from {MIN_SPEED:g} to {MAX_SPEED:g} (1 is the voice's own pace)",

@@ -91,10 +91,14 @@ def _no_control_characters(value: str) -> str:
 
 def _speakable(value: str) -> str:
     """Words to say: newlines and tabs are layout; any other control character (ESC, NUL, CR...)
-    is refused, and so is text with nothing but spaces in it."""
+    is refused, and so is text without a letter or digit (spaces, emoji or punctuation alone: Piper
+    says nothing or reads out symbol names) and text that is not valid Unicode (a lone surrogate,
+    which JSON's \\ud800 can carry, cannot be encoded for the phonemizer)."""
     if has_control_characters(value.replace("\n", "").replace("\t", "")):
         raise ValueError("control characters")
-    if not value.strip():
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        raise ValueError("a lone surrogate")
+    if not any(ch.isalnum() for ch in value):
         raise ValueError("nothing to say")
     if any(len(word) > MAX_WORD_CHARS for word in _WORD_RUN.findall(value)):
         raise ValueError("a word too long to say")

@@ -71,6 +71,7 @@ from mcp_listen.errors import Cancelled, InvalidArgument, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
 from mcp_listen.speech.vad import SileroVAD
+from mcp_listen.voice.readable import readable
 
 if TYPE_CHECKING:
     from mcp_listen.voice.check import VoiceInfo
@@ -337,6 +338,7 @@ class Engine:
         keeps the claim until the speech is over (or the process shuts down).
         """
         received = time.monotonic() if received is None else received
+        _check_sayable(args.text)
         if args.barge_in and args.wait is False:
             raise InvalidArgument(
                 "barge_in true needs wait true: the call returns when the user talks over the speech. Give one of "
@@ -426,6 +428,7 @@ class Engine:
         (engine/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
         """
         received = time.monotonic() if received is None else received
+        _check_sayable(args.text)
         voice = self._voice(args.voice)
         output = self.devices.resolve_output(args.output_device)
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
@@ -481,6 +484,16 @@ def _spoken(voice: str, played: Played | None, received: float) -> Spoken:
     if played is None:
         return Spoken(voice, 0, None, interrupted=False)
     return Spoken(voice, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
+
+
+def _check_sayable(text: str) -> None:
+    """Refuse, before the voice loads or the device opens, a text that is all markup: once its
+    Markdown, SSML or HTML marks are out (what Piper is given) no word would be left to say."""
+    if not readable(text).strip():
+        raise InvalidArgument(
+            "Invalid text: nothing is left to say once its markup (Markdown, SSML or HTML tags) is taken out. "
+            "Give the words to say as plain text."
+        )
 
 
 def _speed(speed: float | None) -> float:

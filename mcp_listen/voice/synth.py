@@ -17,6 +17,7 @@ from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import VoiceError
 from mcp_listen.voice.check import VoiceInfo
 from mcp_listen.voice.pieces import ends_mid_clause, pieces
+from mcp_listen.voice.readable import readable
 
 SEAM_PAUSE_S = 0.04
 """The silence kept after the last sound of a piece cut inside a clause: with the ~60 ms Piper puts
@@ -56,7 +57,7 @@ class Synthesizer:
         stops between sentences once `stop` is set."""
         voice = self.voice(info)
         config = _synthesis_config(voice, speed)
-        said = pieces(text)
+        said = pieces(readable(text))  # Markdown, SSML and HTML marks are not read out
         for number, piece in enumerate(said, start=1):
             joins_next = number < len(said) and ends_mid_clause(piece)
             for chunk in voice.synthesize(piece, config):

@@ -36,7 +36,17 @@ LONG_WORD_TEXT = ("x" * MAX_WORD_CHARS + " ") * (MAX_SPEAK_CHARS // (MAX_WORD_CH
 
 @pytest.mark.parametrize(
     "text",
-    ["line one\nline two", "a\ttab", LONG_WORD_TEXT, "café, naïve — ok", "你好，世界。", "https://example.org/a-b?c=d"],
+    [
+        "line one\nline two",
+        "a\ttab",
+        LONG_WORD_TEXT,
+        "café, naïve — ok",
+        "你好，世界。",
+        "https://example.org/a-b?c=d",
+        "שלום עולם",  # right to left
+        "Great job \U0001f600",  # emoji beside words: the words are said
+        "**Note:** see <b>this</b>",  # markup: taken out before Piper (voice/readable.py)
+    ],
 )
 def test_texts_that_are_accepted(text):
     assert parse(text=text).text == text
@@ -55,6 +65,12 @@ def test_texts_that_are_accepted(text):
         "c1\x85",
         "x" * MAX_SPEAK_CHARS,
         "a word " + "é" * (MAX_WORD_CHARS + 1) + " in the middle",
+        "x" * 1_000_000,  # 1 MB: refused at once, never synthesised for minutes
+        "Ok. " * 20_000,  # 20,000 one-word sentences
+        "\U0001f600\U0001f680\u2764\ufe0f",  # emoji only
+        "?!... --- ;;",  # punctuation only
+        "half a pair \ud800 here",  # a lone surrogate (JSON's \\ud800)
+        "\udfff",
     ],
 )
 def test_texts_that_are_refused_name_the_argument(text):
