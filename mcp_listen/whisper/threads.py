@@ -51,19 +51,18 @@ RECENT_PIECES = 8
 STAT_PATH = "/proc/stat"
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the system has one, else all)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def _affinity() -> set[int] | None:
+    """The CPUs this process may run on, where the system says (Linux); None elsewhere."""
     try:
         return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return None
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity where the system has one, else all)."""
+    cpus = _affinity()
+    return max(1, len(cpus) if cpus else os.cpu_count() or 1)
 
 
 def _own_cpu_s() -> float:
@@ -73,10 +72,12 @@ def _own_cpu_s() -> float:
 
 @dataclass(frozen=True)
 class Reading:
-    """Per-CPU busy and total jiffies of our CPUs, this process's CPU seconds, and when."""
+    """Busy and total jiffies summed over our CPUs, how many CPUs that is, this process's CPU
+    seconds, and when."""
 
     busy: float
     total: float
+    cpus: int
     own_s: float
     at: float
 
@@ -106,7 +107,7 @@ class CpuMeter:
         except OSError:
             return None
         busy = total = 0.0
-        seen = False
+        seen = 0
         for line in lines:
             name, _, rest = line.partition(" ")
             if not name.startswith("cpu") or name == "cpu":
@@ -120,8 +121,8 @@ class CpuMeter:
             user, nice, system, idle, iowait, irq, softirq, steal = (float(f) for f in fields[:8])
             busy += user + NICED_WEIGHT * nice + system + irq + softirq + steal
             total += user + nice + system + idle + iowait + irq + softirq + steal
-            seen = True
-        return Reading(busy, total, self._own(), self._clock()) if seen else None
+            seen += 1
+        return Reading(busy, total, seen, self._own(), self._clock()) if seen else None
 
     def others(self) -> float | None:
         """CPUs' worth of time other programs used since the last reading (None: not measurable here,
@@ -134,8 +135,7 @@ class CpuMeter:
         wall = now.at - last.at
         if wall < MIN_READING_S or now.total <= last.total:
             return self._others
-        cpus = len(self._cpus) if self._cpus else 1
-        busy_cpus = cpus * (now.busy - last.busy) / (now.total - last.total)
+        busy_cpus = now.cpus * (now.busy - last.busy) / (now.total - last.total)
         own_cpus = max(0.0, now.own_s - last.own_s) / wall
         self._others = max(0.0, busy_cpus - own_cpus)
         self._last = now
@@ -176,8 +176,8 @@ class ThreadPolicy:
         """The count for the next pass, and why."""
         if self.fixed is not None:
             return Choice(self.fixed, "set by MCP_LISTEN_WHISPER_THREADS")
-        others = self._meter.others() if self._meter is not None else None
-        with self._lock:
+        with self._lock:  # the phrase worker and a call's thread may ask at once: one reading each
+            others = self._meter.others() if self._meter is not None else None
             free = self.ceiling if others is None else min(self.ceiling, int(self.cpus - others + 0.5))
             threads = max(1, free - self._dropped)
             reason = f"{self.cpus} usable CPU{'s' if self.cpus != 1 else ''}"

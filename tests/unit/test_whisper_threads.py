@@ -173,3 +173,11 @@ def test_a_real_busy_process_on_every_cpu_is_seen():
         for child in children:
             child.kill()
             child.wait()
+
+
+def test_without_an_affinity_every_cpu_line_counts(stat, monkeypatch):
+    """Where the system gives no affinity, the CPUs counted are the ones /proc/stat lists."""
+    monkeypatch.setattr(T, "_affinity", lambda: None)
+    meter = T.CpuMeter(str(stat.path), clock=lambda: stat.now, own_cpu_s=lambda: stat.own)
+    stat.advance(1.0, {0: 1.0})
+    assert meter.others() == pytest.approx(1.0, abs=0.05)
