@@ -380,7 +380,7 @@ def devices(runs: int) -> dict[str, Any]:
     import sounddevice as sd
 
     from mcp_listen.audio.speaker import LATENCY_S
-    from mcp_listen.contract.models import WINDOW_SAMPLES
+    from mcp_listen.contract.limits import WINDOW_SAMPLES
     from mcp_listen.engine.turn import ECHO_TAIL_S, WINDOW_S
 
     opens = []

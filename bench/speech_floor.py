@@ -39,7 +39,7 @@ from rig import RATE, ROOT  # noqa: E402
 from rig import audio_assets as A  # noqa: E402
 from stats import summary  # noqa: E402
 
-from mcp_listen.contract.models import WINDOW_MS, WINDOW_SAMPLES  # noqa: E402
+from mcp_listen.contract.limits import WINDOW_MS, WINDOW_SAMPLES
 
 LEFT_OUT = {"jfk"}
 

@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 from mcp_listen.config import installed
-from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
+from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
 
 SEARCH_LEAD_S = 0.15
 """How far ahead of the window's estimated time the reference is taken until the delay is measured: the

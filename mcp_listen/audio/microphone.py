@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio.portaudio_lock import PortAudioLock, StreamLock
 from mcp_listen.audio.stream import OPEN_TIMEOUT_S, UNAVAILABLE_MESSAGE, AudioThread
-from mcp_listen.contract.models import WINDOW_SAMPLES
+from mcp_listen.contract.limits import WINDOW_SAMPLES
 from mcp_listen.errors import Cancelled, CaptureError, DeviceBusy, DeviceLost
 
 if TYPE_CHECKING:

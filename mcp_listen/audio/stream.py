@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_listen.audio.portaudio_lock import StreamLock
-from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
+from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
 from mcp_listen.errors import Cancelled, CaptureError
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from mcp_listen.audio import wavfile
 from mcp_listen.audio.levels import level_db
 from mcp_listen.audio.wavfile import UserFile
 from mcp_listen.config import Settings
-from mcp_listen.contract import models as contracts
+from mcp_listen.contract import arguments
 from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
 from mcp_listen.contract.results import wire
 from mcp_listen.engine.engine import Engine
@@ -43,7 +43,7 @@ def print_json(value: Any) -> None:
 
 
 def devices(opts: argparse.Namespace, settings: Settings) -> int:
-    args = contracts.parse_args(contracts.ListDevicesArgs, tool_args(opts, ("kind",)))
+    args = arguments.parse_args(arguments.ListDevicesArgs, tool_args(opts, ("kind",)))
     kind = args.kind or DEFAULT_DEVICE_KIND
     found = wire(Engine(settings).list_devices(kind))["devices"]
     if opts.json:
@@ -80,7 +80,7 @@ def _device_table(found: list[dict[str, Any]]) -> None:
 
 
 def capture(opts: argparse.Namespace, settings: Settings) -> int:
-    args = contracts.parse_args(contracts.CaptureArgs, tool_args(opts, RECORDING_FIELDS))
+    args = arguments.parse_args(arguments.CaptureArgs, tool_args(opts, RECORDING_FIELDS))
     out = UserFile(opts.out, replace=opts.force) if opts.out is not None else None
     meter = _Meter() if sys.stderr.isatty() else None
     try:
@@ -94,13 +94,13 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
 
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS)
-    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, fields))
+    args = arguments.parse_args(arguments.TranscribeArgs, tool_args(opts, fields))
     return _voice_command(lambda say: Engine(settings).transcribe_voice(args, progress=say))
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
     fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "model", "prompt")
-    args = contracts.parse_args(contracts.VoiceQueryArgs, tool_args(opts, fields))
+    args = arguments.parse_args(arguments.VoiceQueryArgs, tool_args(opts, fields))
     return _voice_command(lambda say: Engine(settings).voice_query(args, progress=say))
 
 
@@ -112,7 +112,7 @@ def converse(opts: argparse.Namespace, settings: Settings) -> int:
     if not available():
         raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
     fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "text", "voice", "speed", "output_device", "barge_in")
-    args = contracts.parse_args(contracts.ConverseArgs, tool_args(opts, fields))
+    args = arguments.parse_args(arguments.ConverseArgs, tool_args(opts, fields))
 
     def turn(say: _Say) -> Any:
         result = Engine(settings).converse(args, progress=say)
@@ -149,7 +149,7 @@ def say(opts: argparse.Namespace, settings: Settings) -> int:
         raise InvalidArgument("--save writes a file and --device names a speaker: give one of them.")
     if opts.force and opts.save is None:
         raise InvalidArgument("--force only applies to --save FILE.wav.")
-    args = contracts.parse_args(contracts.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device")))
+    args = arguments.parse_args(arguments.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device")))
     engine = Engine(settings)
     if opts.save is None:
         print_json(wire(engine.speak(args)))
@@ -162,7 +162,7 @@ def say(opts: argparse.Namespace, settings: Settings) -> int:
 def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     from mcp_listen.whisper.text import usable_text
 
-    args = contracts.parse_args(contracts.TranscribeArgs, tool_args(opts, WHISPER_FIELDS))
+    args = arguments.parse_args(arguments.TranscribeArgs, tool_args(opts, WHISPER_FIELDS))
     engine = Engine(settings)
     model_path = engine.whisper.resolve(args.whisper_model)
     samples = _read_wav(opts.file)

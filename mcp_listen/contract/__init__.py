@@ -2,5 +2,6 @@
 result models with their validation and schemas (models), and the engine's typed results, the
 `Tools` protocol an adapter serves and their wire form (results).
 
-Imports only `mcp_listen.errors` and `mcp_listen.config`; every other package may import it.
+Imports no other mcp_listen package: config and every other package import it, never the way
+back. import-linter checks that, type-only imports included.
 """

@@ -4,7 +4,7 @@ phrases that state them.
 One home for every value a tool description, a CLI help line, an error message or the
 listening code repeats, so the prose the model reads cannot drift from what the code does.
 Pure and free of pydantic: the audio modules and the CLI's parser import it without the
-argument models (contract/models.py, which re-exports every name here).
+argument models (contract/arguments.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 engine.Engine answers in these frozen dataclasses and knows nothing of the wire; the
 adapters (server/app.py for the tools, cli/commands.py for the CLI) call `wire()` and get exactly
-the result dicts the contract (contract/models.py) and the Node edition define. `Tools` is what
+the result dicts the contract and the Node edition define. The result models below give each tool
+its `outputSchema`; they are dumped with `exclude_unset`, so a field is present exactly when the
+contract says so. `Tools` is what
 an adapter needs of an engine, so the MCP adapter can run in memory against a fake one.
 """
 
@@ -11,17 +13,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import Any, Literal, Optional, Protocol
 
-from mcp_listen.contract.models import (
-    CaptureResult,
-    ConverseResult,
-    SpeakResult,
-    SpokenPart,
-    StatusResult,
-    TranscribeResult,
-    VoiceQueryResult,
-)
+from pydantic import BaseModel, ConfigDict
+
+from mcp_listen.contract import limits
 
 NO_SPEECH_MESSAGE = "No speech was detected. Ask the user to repeat, or check that the correct microphone is selected."
 NO_WORDS_MESSAGE = (
@@ -64,8 +60,14 @@ class AnyOf:
         return any(e.is_set() for e in self._events)
 
 
-if TYPE_CHECKING:
-    from mcp_listen.config import Settings  # the engine's settings; config sits above the contract
+class Configured(Protocol):
+    """What an adapter reads of the engine's settings (config.Settings): the tools' defaults, to
+    describe each tool, and the check that names a misconfigured variable in every call."""
+
+    @property
+    def defaults(self) -> limits.Defaults: ...
+
+    def check(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,9 @@ class Conversed:
 class Tools(Protocol):
     """What an adapter needs of an engine (engine.Engine)."""
 
-    settings: Settings
+    @property
+    def settings(self) -> Configured: ...
+
     shutdown: threading.Event
 
     def list_devices(self, kind: str = "input") -> Devices: ...
@@ -169,6 +173,118 @@ class Tools(Protocol):
     ) -> Conversed: ...
 
     def status(self) -> Status: ...
+
+
+# ---------------------------------------------------------------- the wire's result models
+
+
+class ToolResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def public(self) -> dict[str, Any]:
+        """The wire form: exactly the fields that were set, nulls included."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class Device(ToolResult):
+    index: int
+    name: str
+    id: str
+    maxInputChannels: int
+    defaultSampleRate: float
+    isDefault: bool
+    """The default input (the microphone used when no device is given), whatever `kind` was asked."""
+    kind: Optional[Literal["input", "output", "both"]] = None
+    """Only with kind "output" or "all": what the device does (a headset's one device may do both)."""
+    maxOutputChannels: Optional[int] = None
+    isDefaultOutput: Optional[bool] = None
+
+
+class DevicesResult(ToolResult):
+    devices: list[Device]
+
+
+StoppedBy = Literal["silence", "ceiling", "no_speech_timeout"]
+
+
+class CaptureResult(ToolResult):
+    path: str
+    duration_ms: int
+    sample_rate: int
+    channels: int
+    size_bytes: int
+    stopped_by: Optional[StoppedBy] = None
+    speech_detected: Optional[bool] = None
+    warning: Optional[str] = None
+
+
+class TranscribeResult(ToolResult):
+    transcription: Optional[str]
+    stopped_by: Optional[StoppedBy] = None
+    duration_ms: Optional[int] = None
+    language: Optional[str] = None
+    speech_detected: Optional[bool] = None
+    message: Optional[str] = None
+    warning: Optional[str] = None
+
+
+class VoiceQueryResult(ToolResult):
+    transcription: Optional[str]
+    response: Optional[str]
+    model: Optional[str] = None
+    speech_detected: Optional[bool] = None
+    stopped_by: Optional[StoppedBy] = None
+    message: Optional[str] = None
+    warning: Optional[str] = None
+
+
+class SpokenPart(ToolResult):
+    voice: str
+    """The Piper voice that spoke (its name)."""
+    duration_ms: int
+    """Length of the speech played before listening began."""
+    first_audio_ms: Optional[int]
+    """From the call's arrival to the first samples handed to the sound device; null if none were."""
+    interrupted: bool
+    """True when the speech was cut short."""
+    played_ms: Optional[int] = None
+    """Only with barge_in: how much of the speech the user heard before the speech stopped (all of it
+    when nobody cut in); duration_ms is the same figure."""
+
+
+class ConverseResult(TranscribeResult):
+    spoken: SpokenPart
+    """What the agent said first; the other fields are transcribe_voice's, for the user's answer."""
+
+
+class StatusResult(ToolResult):
+    recording: bool
+    tool: Optional[str]
+    elapsed_ms: Optional[int]
+    device: Optional[str]
+    whisper_model_loaded: Optional[str]
+    speaking: Optional[bool] = None
+    """Present (true) only while speak_text plays; `recording` is then false and `tool` is speak_text."""
+
+
+class SpeakResult(ToolResult):
+    voice: str
+    """The Piper voice that spoke (its name)."""
+    duration_ms: Optional[int]
+    """Length of the speech played; null with wait: false (the rest is still being played)."""
+    first_audio_ms: Optional[int]
+    """From the call's arrival to the first samples handed to the sound device; null if none were."""
+    interrupted: bool
+    """True when the call was cancelled (or the server stopped), or with barge_in the user talked over it,
+    before the speech was over."""
+    warning: Optional[str] = None
+    """barge_in asked for but the echo canceller is missing: the speech played without listening."""
+
+
+def output_schema(model: type[ToolResult]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return schema
 
 
 def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken | Conversed) -> dict[str, Any]:

@@ -30,16 +30,8 @@ from mcp_listen.audio import echo, recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
 from mcp_listen.audio.speaker import Played, speaker
 from mcp_listen.config import Settings, default_recordings_dir
-from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, DEFAULT_SPEED
-from mcp_listen.contract.models import (
-    CHANNELS,
-    SAMPLE_RATE,
-    CaptureArgs,
-    ConverseArgs,
-    SpeakArgs,
-    TranscribeArgs,
-    VoiceQueryArgs,
-)
+from mcp_listen.contract.arguments import CaptureArgs, ConverseArgs, SpeakArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.contract.limits import CHANNELS, DEFAULT_DEVICE_KIND, DEFAULT_SPEED, SAMPLE_RATE
 from mcp_listen.contract.results import (
     Answered,
     AnyOf,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from mcp_listen.contract.models import SAMPLE_RATE, WINDOW_SAMPLES
+from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
 
 if TYPE_CHECKING:
     from mcp_listen.engine.parts import WindowSource

@@ -1,6 +1,6 @@
 """The MCP adapter: the only module that imports `mcp`.
 
-It declares the tools, validates arguments (contract/models.py), hands the blocking work
+It declares the tools, validates arguments (contract/arguments.py), hands the blocking work
 to a worker thread (engine.Engine), bridges cancellation and progress, and turns
 results and ListenErrors into CallToolResults: a success is structured content plus
 one text block holding the same JSON; an error is two text blocks (see error_result).
@@ -22,7 +22,7 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.exceptions import MCPError
 
 from mcp_listen import package_version
-from mcp_listen.contract import models as contracts
+from mcp_listen.contract import arguments, limits, results
 from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
 from mcp_listen.contract.results import Tools, wire
 from mcp_listen.errors import Cancelled, ListenError
@@ -56,20 +56,20 @@ class ToolSpec:
     name: str
     title: str
     description: str
-    args: type[contracts._Args]
-    result: type[contracts._Result]
+    args: type[arguments.ToolArgs]
+    result: type[results.ToolResult]
     annotations: types.ToolAnnotations
     run: Callable[[Tools, Any, Call], Awaitable[dict[str, Any]]]
     text: Callable[[dict[str, Any]], Any] = lambda payload: payload
 
-    def as_tool(self, defaults: contracts.Defaults) -> types.Tool:
+    def as_tool(self, defaults: limits.Defaults) -> types.Tool:
         """The listed tool; its description and schema state the effective defaults."""
         return types.Tool(
             name=self.name,
             title=self.title,
             description=self.description.format_map(defaults.words()),
-            input_schema=contracts.input_schema(self.args, defaults),
-            output_schema=contracts.output_schema(self.result),
+            input_schema=arguments.input_schema(self.args, defaults),
+            output_schema=results.output_schema(self.result),
             annotations=self.annotations,
         )
 
@@ -118,8 +118,8 @@ TOOLS = [
             'kind "output" lists speakers instead, "all" both; each device then also has `kind` '
             '("input", "output" or "both"), `maxOutputChannels` and `isDefaultOutput`.'
         ),
-        args=contracts.ListDevicesArgs,
-        result=contracts.DevicesResult,
+        args=arguments.ListDevicesArgs,
+        result=results.DevicesResult,
         annotations=READ_ONLY,
         run=_list_devices,
         text=lambda payload: payload["devices"],
@@ -136,8 +136,8 @@ TOOLS = [
             "result adds `stopped_by` — silence, ceiling or no_speech_timeout — and `speech_detected`). Tell "
             "the user to speak before calling. For the user's words use transcribe_voice instead."
         ),
-        args=contracts.CaptureArgs,
-        result=contracts.CaptureResult,
+        args=arguments.CaptureArgs,
+        result=results.CaptureResult,
         annotations=ACTS,
         run=_capture,
     ),
@@ -152,8 +152,8 @@ TOOLS = [
             "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
             "unclear to transcribe; ask the user to repeat. No audio file is kept."
         ),
-        args=contracts.TranscribeArgs,
-        result=contracts.TranscribeResult,
+        args=arguments.TranscribeArgs,
+        result=results.TranscribeResult,
         annotations=ACTS,
         run=_transcribe,
     ),
@@ -169,8 +169,8 @@ TOOLS = [
             "the user to repeat. An error result names the failing stage (capture, transcription or llm) and "
             "what to do, and keeps the transcription when only the llm stage failed. No audio file is kept."
         ),
-        args=contracts.VoiceQueryArgs,
-        result=contracts.VoiceQueryResult,
+        args=arguments.VoiceQueryArgs,
+        result=results.VoiceQueryResult,
         annotations=ACTS,
         run=_voice_query,
     ),
@@ -185,8 +185,8 @@ TOOLS = [
             "converse and a second speak_text are refused with `busy` (get_status shows `speaking: true`). A missing "
             "voice is `voice_not_found`, naming the `mcp-listen voices pull` command that fetches it."
         ),
-        args=contracts.SpeakArgs,
-        result=contracts.SpeakResult,
+        args=arguments.SpeakArgs,
+        result=results.SpeakResult,
         annotations=ACTS,
         run=_speak,
     ),
@@ -203,8 +203,8 @@ TOOLS = [
             "`text` short (a sentence or two) and end it so the user knows it is their turn. `device` is the "
             "microphone, `output_device` the speaker. Nothing leaves the machine; no audio file is kept."
         ),
-        args=contracts.ConverseArgs,
-        result=contracts.ConverseResult,
+        args=arguments.ConverseArgs,
+        result=results.ConverseResult,
         annotations=ACTS,
         run=_converse,
     ),
@@ -217,8 +217,8 @@ TOOLS = [
             "While speech plays (speak_text, or converse before it listens), `recording` is false and `speaking` "
             "is true."
         ),
-        args=contracts.GetStatusArgs,
-        result=contracts.StatusResult,
+        args=arguments.GetStatusArgs,
+        result=results.StatusResult,
         annotations=READ_ONLY,
         run=_status,
     ),
@@ -300,7 +300,7 @@ def build_server(engine: Tools) -> Server:
             return error_result(ListenError(f"Unknown tool '{params.name}'. Tools: {known}.", code="unknown_tool"))
         try:
             engine.settings.check()  # a misconfigured server still serves, and says what to fix
-            args = contracts.parse_args(spec.args, params.arguments)
+            args = arguments.parse_args(spec.args, params.arguments)
             call = Call(ctx)
             forget = in_flight.add(ctx, call)
             try:

@@ -14,20 +14,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from mcp_listen.audio.levels import level_db
-from mcp_listen.contract.limits import DEFAULT_END_OF_TURN, UNFINISHED_SILENCE_FACTOR, partial_message
-from mcp_listen.contract.models import (
+from mcp_listen.contract.arguments import CaptureArgs, TranscribeArgs
+from mcp_listen.contract.limits import (
     CAPTURE_DURATION_MS,
+    DEFAULT_END_OF_TURN,
     LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
     SAMPLE_RATE,
+    UNFINISHED_SILENCE_FACTOR,
     WINDOW_MS,
-    CaptureArgs,
     Defaults,
-    TranscribeArgs,
+    partial_message,
 )
-from mcp_listen.contract.models import (
-    WINDOW_SAMPLES as WINDOW,
-)
+from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
@@ -37,7 +36,20 @@ from mcp_listen.speech.vad import shared_vad
 if TYPE_CHECKING:
     import numpy as np
 
-    from mcp_listen.audio.microphone import Recording  # the type only: speech uses only audio.levels
+
+class Recording(Protocol):
+    """What the listener reads of a finished recording (audio.microphone.Recording); named here
+    because speech sees only the levels of audio, never the microphone itself."""
+
+    @property
+    def frames(self) -> int: ...
+    @property
+    def start_frame(self) -> int: ...
+    @property
+    def samples(self) -> np.ndarray: ...
+    @property
+    def stopped_by(self) -> str | None: ...
+
 
 Progress = Callable[[float, Optional[float], str], None]
 """progress(done, total or None, message): called from the worker thread at meaningful moments."""

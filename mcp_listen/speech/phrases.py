@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_listen.contract.models import WINDOW_MS
+from mcp_listen.contract.limits import WINDOW_MS
 from mcp_listen.speech.endpoint import SILENCE_THRESHOLD
 
 Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]

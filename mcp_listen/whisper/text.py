@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from mcp_listen.contract.models import SAMPLE_RATE
+from mcp_listen.contract.limits import SAMPLE_RATE
 
 if TYPE_CHECKING:
     import numpy as np

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_listen.contract.models import SAMPLE_RATE
+from mcp_listen.contract.limits import SAMPLE_RATE
 from mcp_listen.errors import Cancelled, TranscriptionError, command
 from mcp_listen.whisper import admission as model_check
 from mcp_listen.whisper import ggml

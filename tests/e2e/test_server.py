@@ -15,7 +15,7 @@ from rpc import ALL_TOOLS, LEGACY_VERSIONS, RawServer, error_of, mcp_client, ser
 from speech_checks import wait_until_recording
 from vmic import env_no_input_devices, env_without_portaudio
 
-from mcp_listen.contract.models import MAX_PROMPT_CHARS
+from mcp_listen.contract.limits import MAX_PROMPT_CHARS
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,8 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnxruntime")
 
-from mcp_listen.contract.models import SAMPLE_RATE  # noqa: E402
-from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.contract.limits import SAMPLE_RATE
+from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.errors import VADError
 from mcp_listen.speech import vad  # noqa: E402
 from mcp_listen.speech.vad import CONTEXT, SileroVAD, shared_vad  # noqa: E402

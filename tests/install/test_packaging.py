@@ -252,11 +252,11 @@ def test_installed_wheel_runs_without_the_checkout(installed, work):
 
 LOAD_THE_BUNDLED_MODEL = """
 import hashlib, numpy as np
-from mcp_listen.contract import models as contracts
+from mcp_listen.contract import limits
 from mcp_listen.speech import vad
 data = vad.read_model_bytes()
 assert hashlib.sha256(data).hexdigest() == vad.MODEL_SHA256
-silence = vad.SileroVAD().probability(np.zeros(contracts.WINDOW_SAMPLES, dtype=np.int16))
+silence = vad.SileroVAD().probability(np.zeros(limits.WINDOW_SAMPLES, dtype=np.int16))
 print(vad.model_folder() / vad.MODEL_FILE, silence)
 """
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from mcp_listen.contract import models as contracts
-from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryArgs, parse_args
+from mcp_listen.contract import arguments, limits, results
+from mcp_listen.contract.arguments import CaptureArgs, TranscribeArgs, VoiceQueryArgs, parse_args
 from mcp_listen.errors import InvalidArgument
 
 VALID = [
@@ -75,7 +75,7 @@ def test_invalid_argument_names_argument_range_and_value(model, raw, name, accep
     assert name in message and accepted in message and shown in message
 
 
-@pytest.mark.parametrize("model", [CaptureArgs, TranscribeArgs, VoiceQueryArgs, contracts.ListDevicesArgs])
+@pytest.mark.parametrize("model", [CaptureArgs, TranscribeArgs, VoiceQueryArgs, arguments.ListDevicesArgs])
 def test_unknown_argument_is_named_with_the_accepted_list(model):
     with pytest.raises(InvalidArgument) as caught:
         parse_args(model, {"durationMs": 5000})
@@ -100,7 +100,7 @@ def test_integral_floats_become_integers():
 
 @pytest.mark.parametrize("model,longest", [(CaptureArgs, 30000), (TranscribeArgs, 600_000), (VoiceQueryArgs, 30000)])
 def test_schema_is_closed_and_states_ranges(model, longest):
-    schema = contracts.input_schema(model)
+    schema = arguments.input_schema(model)
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     duration = schema["properties"]["duration_ms"]["anyOf"][0]
     assert (duration["minimum"], duration["maximum"]) == (100, longest)
@@ -119,7 +119,7 @@ def test_dictation_is_transcribe_voice_s_alone_and_its_limit_is_named():
 
 
 def test_results_keep_nulls_and_drop_unset_fields():
-    result = contracts.VoiceQueryResult(transcription=None, response=None)
+    result = results.VoiceQueryResult(transcription=None, response=None)
     result.speech_detected = False
     assert result.public() == {"transcription": None, "response": None, "speech_detected": False}
 
@@ -150,8 +150,8 @@ def test_an_empty_string_means_the_default(field, blank):
 
 
 def test_schemas_state_the_effective_defaults():
-    mine = contracts.Defaults(whisper_model="ggml-small.bin", language="pt", model="qwen3", silence_ms=700)
-    props = contracts.input_schema(VoiceQueryArgs, mine)["properties"]
+    mine = limits.Defaults(whisper_model="ggml-small.bin", language="pt", model="qwen3", silence_ms=700)
+    props = arguments.input_schema(VoiceQueryArgs, mine)["properties"]
     assert (
         props["whisper_model"]["default"] == "ggml-small.bin"
         and "ggml-small.bin" in props["whisper_model"]["description"]
@@ -181,6 +181,6 @@ def test_end_of_turn_is_silence_or_smart_and_needs_stop_on_silence():
         parse_args(TranscribeArgs, {"end_of_turn": "smart", "stop_on_silence": False})
     with pytest.raises(InvalidArgument, match="Unknown argument 'end_of_turn'"):
         parse_args(CaptureArgs, {"end_of_turn": "smart"})
-    schema = contracts.input_schema(TranscribeArgs, contracts.Defaults(end_of_turn="smart"))
+    schema = arguments.input_schema(TranscribeArgs, limits.Defaults(end_of_turn="smart"))
     assert schema["properties"]["end_of_turn"]["default"] == "smart"
     assert "Default smart" in schema["properties"]["end_of_turn"]["description"]

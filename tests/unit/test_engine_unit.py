@@ -20,8 +20,8 @@ import pytest
 from mcp_listen.audio.devices import InputDevice
 from mcp_listen.audio.microphone import Recorder
 from mcp_listen.config import Settings
-from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
-from mcp_listen.contract.models import CaptureArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.contract.arguments import CaptureArgs, TranscribeArgs, VoiceQueryArgs
+from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.contract.results import (
     DIGITAL_SILENCE_PROGRESS,
     DIGITAL_SILENCE_WARNING,

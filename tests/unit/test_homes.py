@@ -13,8 +13,7 @@ import pytest
 import mcp_listen
 from mcp_listen.cli import commands
 from mcp_listen.cli import main as cli
-from mcp_listen.contract import limits
-from mcp_listen.contract import models as contracts
+from mcp_listen.contract import arguments, limits, results
 from mcp_listen.ollama import client as llm
 from mcp_listen.whisper import ggml
 from mcp_listen.whisper import names as model_names
@@ -40,11 +39,15 @@ def test_cli_help_states_the_contract_values(monkeypatch, capsys):
     assert "elsewhere.bin" in text and "somellm" in text and "(default pt)" in text
 
 
-def test_contracts_reexport_the_limits_not_copies():
-    for name in ("SAMPLE_RATE", "WINDOW_SAMPLES", "WINDOW_MS", "MAX_DURATION_MS", "DEFAULT_SILENCE_MS", "ACCEPTED"):
-        assert getattr(contracts, name) is getattr(limits, name), name
-    assert contracts.Defaults is limits.Defaults
-    assert contracts.Defaults().words()["listen_duration_ms"] == limits.LISTEN_DURATION_MS
+def test_the_argument_schemas_state_the_limits_not_copies():
+    """The argument models take their ranges from limits.py, and no other contract module keeps a
+    number of its own under a limit's name."""
+    duration = arguments.input_schema(arguments.CaptureArgs)["properties"]["duration_ms"]["anyOf"][0]
+    assert (duration["minimum"], duration["maximum"]) == (limits.MIN_DURATION_MS, limits.MAX_DURATION_MS)
+    for module in (arguments, results):
+        for name in ("SAMPLE_RATE", "WINDOW_SAMPLES", "MAX_DURATION_MS", "DEFAULT_SILENCE_MS", "ACCEPTED"):
+            assert getattr(module, name, limits.__dict__[name]) is limits.__dict__[name], (module.__name__, name)
+    assert limits.Defaults().words()["listen_duration_ms"] == limits.LISTEN_DURATION_MS
 
 
 @pytest.mark.parametrize(

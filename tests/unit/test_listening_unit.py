@@ -12,7 +12,7 @@ import pytest
 
 from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import PARTIAL_PREFIX, partial_message
-from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.speech.listener import Listener, Plan
 
 SPEECH, QUIET = 0.9, 0.05

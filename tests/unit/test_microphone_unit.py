@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mcp_listen.audio.microphone import Microphone, Tape
-from mcp_listen.contract.models import WINDOW_SAMPLES as WINDOW
+from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.errors import Cancelled, DeviceLost
 
 

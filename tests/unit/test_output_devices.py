@@ -13,7 +13,7 @@ import types
 import pytest
 
 from mcp_listen.audio import devices
-from mcp_listen.contract import models as contracts
+from mcp_listen.contract import arguments, results
 from mcp_listen.contract.results import Devices, wire
 from mcp_listen.errors import DeviceNotFound, InvalidArgument
 
@@ -81,7 +81,7 @@ def test_all_lists_every_device_once_with_the_same_ids_as_each_kind(portaudio):
 
 
 def test_every_all_entry_validates_against_the_result_schema(portaudio):
-    contracts.DevicesResult.model_validate(wire(Devices(devices.list_devices("all"))))
+    results.DevicesResult.model_validate(wire(Devices(devices.list_devices("all"))))
 
 
 @pytest.mark.parametrize(
@@ -145,19 +145,19 @@ def test_resolve_still_means_inputs(portaudio):
 @pytest.mark.parametrize("kind", ["input", "output", "all", None])
 def test_kind_argument_accepts_the_three_kinds(kind):
     raw = {} if kind is None else {"kind": kind}
-    assert contracts.parse_args(contracts.ListDevicesArgs, raw).kind == kind
+    assert arguments.parse_args(arguments.ListDevicesArgs, raw).kind == kind
 
 
 @pytest.mark.parametrize("kind", ["speakers", "", "INPUT", 1, True, "none"])
 def test_kind_argument_refuses_anything_else(kind):
     with pytest.raises(InvalidArgument) as caught:
-        contracts.parse_args(contracts.ListDevicesArgs, {"kind": kind})
+        arguments.parse_args(arguments.ListDevicesArgs, {"kind": kind})
     assert "kind" in caught.value.message and '"output"' in caught.value.message
 
 
 def test_kind_schema_is_an_enum_of_the_limits_kinds():
     from mcp_listen.contract.limits import DEVICE_KINDS
 
-    prop = contracts.input_schema(contracts.ListDevicesArgs)["properties"]["kind"]
+    prop = arguments.input_schema(arguments.ListDevicesArgs)["properties"]["kind"]
     enum = next(branch["enum"] for branch in prop["anyOf"] if "enum" in branch)
     assert tuple(enum) == DEVICE_KINDS

@@ -12,15 +12,15 @@ import pytest
 from rpc import ALL_TOOLS, LISTENING_TOOLS
 
 from mcp_listen.config import Settings, load_settings
-from mcp_listen.contract import models as contracts
+from mcp_listen.contract import arguments, results
 from mcp_listen.contract.limits import DEFAULT_VOICE, MAX_SPEAK_CHARS, MAX_WORD_CHARS
 from mcp_listen.contract.results import Spoken, Status, wire
 from mcp_listen.errors import DeviceBusy, InvalidArgument
 from mcp_listen.voice.pieces import MAX_FIRST_WORDS, first_piece, pieces
 
 
-def parse(**raw: Any) -> contracts.SpeakArgs:
-    return contracts.parse_args(contracts.SpeakArgs, raw)
+def parse(**raw: Any) -> arguments.SpeakArgs:
+    return arguments.parse_args(arguments.SpeakArgs, raw)
 
 
 # ---------------------------------------------------------------- arguments
@@ -81,12 +81,12 @@ def test_texts_that_are_refused_name_the_argument(text):
 @pytest.mark.parametrize("text", [None, 5, ["a"], {"t": "a"}])
 def test_a_text_that_is_not_a_string_is_refused(text):
     with pytest.raises(InvalidArgument, match="Invalid text"):
-        contracts.parse_args(contracts.SpeakArgs, {"text": text})
+        arguments.parse_args(arguments.SpeakArgs, {"text": text})
 
 
 def test_text_is_required():
     with pytest.raises(InvalidArgument, match="Invalid text"):
-        contracts.parse_args(contracts.SpeakArgs, {})
+        arguments.parse_args(arguments.SpeakArgs, {})
 
 
 @pytest.mark.parametrize("speed", [0.5, 1, 1.25, 2, 2.0])
@@ -134,7 +134,7 @@ def test_an_unknown_argument_is_refused_naming_the_accepted_ones():
 
 
 def test_the_schema_is_closed_and_states_the_default_voice():
-    schema = contracts.input_schema(contracts.SpeakArgs, load_settings({"MCP_LISTEN_VOICE": "en_GB-alan-low"}).defaults)
+    schema = arguments.input_schema(arguments.SpeakArgs, load_settings({"MCP_LISTEN_VOICE": "en_GB-alan-low"}).defaults)
     assert schema["additionalProperties"] is False and schema["required"] == ["text"]
     assert schema["properties"]["voice"]["default"] == "en_GB-alan-low"
     assert "en_GB-alan-low" in schema["properties"]["voice"]["description"]
@@ -260,7 +260,7 @@ def test_the_result_wire_shape():
         "interrupted": False,
     }
     assert list(wire(Spoken("v", None, 300))) == ["voice", "duration_ms", "first_audio_ms", "interrupted"]
-    schema = contracts.output_schema(contracts.SpeakResult)
+    schema = results.output_schema(results.SpeakResult)
     assert set(schema["required"]) == {"voice", "duration_ms", "first_audio_ms", "interrupted"}
 
 

@@ -1,13 +1,11 @@
-"""The public contract: tool arguments and results as pydantic models.
+"""The tools' arguments as pydantic models: validation, the messages that name what is wrong, and
+each tool's inputSchema.
 
-Argument models forbid extra keys (`additionalProperties: false` in the schema)
-and are strict: a string or boolean where a number goes, a fraction where an
-integer goes, an empty device id — each is rejected with a message that names the
-argument, the accepted range and the value received. `null` means "use the
-default". Result models give each tool its `outputSchema`; results are dumped
-with `exclude_unset`, so a field is present exactly when the contract says so.
-The numbers these models and their descriptions state (ranges, defaults, the audio
-format) live in contract/limits.py and are re-exported here.
+The models forbid extra keys (`additionalProperties: false` in the schema) and are strict: a
+string or boolean where a number goes, a fraction where an integer goes, an empty device id:
+each is rejected with a message that names the argument, the accepted range and the value
+received. `null` means "use the default". The numbers they state (ranges, defaults, the audio
+format) live in contract/limits.py.
 """
 
 from __future__ import annotations
@@ -28,19 +26,9 @@ from pydantic import (
 )
 
 from mcp_listen.contract import languages
-from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers import the audio constants from here
+from mcp_listen.contract.limits import (
     ACCEPTED,
-    CAPTURE_DURATION_MS,
-    CHANNELS,
-    DEFAULT_LANGUAGE,
-    DEFAULT_LLM_MODEL,
-    DEFAULT_PROMPT,
-    DEFAULT_SILENCE_MS,
-    DEFAULT_SPEED,
-    DEFAULT_VOICE,
-    DEFAULT_WHISPER_MODEL,
     DEVICE_KINDS,
-    LISTEN_DURATION_MS,
     MAX_DEVICE_CHARS,
     MAX_DICTATION_MS,
     MAX_DURATION_MS,
@@ -55,10 +43,6 @@ from mcp_listen.contract.limits import (  # noqa: F401 - re-exported: callers im
     MIN_DURATION_MS,
     MIN_SILENCE_MS,
     MIN_SPEED,
-    NO_SPEECH_TIMEOUT_MS,
-    SAMPLE_RATE,
-    WINDOW_MS,
-    WINDOW_SAMPLES,
     Defaults,
     has_control_characters,
 )
@@ -131,7 +115,7 @@ Language = Annotated[
 ]
 
 
-class _Args(BaseModel):
+class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -154,7 +138,7 @@ _SILENCE = Field(
 DeviceKind = Literal[DEVICE_KINDS]  # type: ignore[valid-type]
 
 
-class ListDevicesArgs(_Args):
+class ListDevicesArgs(ToolArgs):
     kind: Optional[DeviceKind] = Field(
         default=None,
         description='Which devices: "input" (microphones, the default), "output" (speakers and headphones) '
@@ -163,7 +147,7 @@ class ListDevicesArgs(_Args):
     )
 
 
-class CaptureArgs(_Args):
+class CaptureArgs(ToolArgs):
     duration_ms: Optional[DurationMs] = _duration(
         "Recording length in ms ({min_duration_ms}-{max_duration_ms}, default {capture_duration_ms}). "
         "A maximum, not an exact length, when stop_on_silence is true."
@@ -176,7 +160,7 @@ class CaptureArgs(_Args):
     silence_ms: Optional[SilenceMs] = _SILENCE
 
 
-class TranscribeArgs(_Args):
+class TranscribeArgs(ToolArgs):
     ACCEPTED_HERE: ClassVar[dict[str, str]] = {"duration_ms": ACCEPTED["dictation_ms"]}
     """What this tool accepts where it differs from the shared ACCEPTED (dictation: 10 minutes)."""
 
@@ -244,7 +228,7 @@ _SPEED = Field(
 )
 
 
-class SpeakArgs(_Args):
+class SpeakArgs(ToolArgs):
     text: SpeakableText = Field(
         description="What to say, 1-{max_speak_chars} characters (newlines and tabs allowed, no other control "
         "characters)."
@@ -295,120 +279,11 @@ class ConverseArgs(TranscribeArgs):
     )
 
 
-class GetStatusArgs(_Args):
+class GetStatusArgs(ToolArgs):
     """get_status takes no arguments."""
 
 
-# ---------------------------------------------------------------- results
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    def public(self) -> dict[str, Any]:
-        """The wire form: exactly the fields that were set, nulls included."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-
-class Device(_Result):
-    index: int
-    name: str
-    id: str
-    maxInputChannels: int
-    defaultSampleRate: float
-    isDefault: bool
-    """The default input (the microphone used when no device is given), whatever `kind` was asked."""
-    kind: Optional[Literal["input", "output", "both"]] = None
-    """Only with kind "output" or "all": what the device does (a headset's one device may do both)."""
-    maxOutputChannels: Optional[int] = None
-    isDefaultOutput: Optional[bool] = None
-
-
-class DevicesResult(_Result):
-    devices: list[Device]
-
-
-StoppedBy = Literal["silence", "ceiling", "no_speech_timeout"]
-
-
-class CaptureResult(_Result):
-    path: str
-    duration_ms: int
-    sample_rate: int
-    channels: int
-    size_bytes: int
-    stopped_by: Optional[StoppedBy] = None
-    speech_detected: Optional[bool] = None
-    warning: Optional[str] = None
-
-
-class TranscribeResult(_Result):
-    transcription: Optional[str]
-    stopped_by: Optional[StoppedBy] = None
-    duration_ms: Optional[int] = None
-    language: Optional[str] = None
-    speech_detected: Optional[bool] = None
-    message: Optional[str] = None
-    warning: Optional[str] = None
-
-
-class VoiceQueryResult(_Result):
-    transcription: Optional[str]
-    response: Optional[str]
-    model: Optional[str] = None
-    speech_detected: Optional[bool] = None
-    stopped_by: Optional[StoppedBy] = None
-    message: Optional[str] = None
-    warning: Optional[str] = None
-
-
-class SpokenPart(_Result):
-    voice: str
-    """The Piper voice that spoke (its name)."""
-    duration_ms: int
-    """Length of the speech played before listening began."""
-    first_audio_ms: Optional[int]
-    """From the call's arrival to the first samples handed to the sound device; null if none were."""
-    interrupted: bool
-    """True when the speech was cut short."""
-    played_ms: Optional[int] = None
-    """Only with barge_in: how much of the speech the user heard before the speech stopped (all of it
-    when nobody cut in); duration_ms is the same figure."""
-
-
-class ConverseResult(TranscribeResult):
-    spoken: SpokenPart
-    """What the agent said first; the other fields are transcribe_voice's, for the user's answer."""
-
-
-class StatusResult(_Result):
-    recording: bool
-    tool: Optional[str]
-    elapsed_ms: Optional[int]
-    device: Optional[str]
-    whisper_model_loaded: Optional[str]
-    speaking: Optional[bool] = None
-    """Present (true) only while speak_text plays; `recording` is then false and `tool` is speak_text."""
-
-
-class SpeakResult(_Result):
-    voice: str
-    """The Piper voice that spoke (its name)."""
-    duration_ms: Optional[int]
-    """Length of the speech played; null with wait: false (the rest is still being played)."""
-    first_audio_ms: Optional[int]
-    """From the call's arrival to the first samples handed to the sound device; null if none were."""
-    interrupted: bool
-    """True when the call was cancelled (or the server stopped), or with barge_in the user talked over it,
-    before the speech was over."""
-    warning: Optional[str] = None
-    """barge_in asked for but the echo canceller is missing: the speech played without listening."""
-
-
-# ---------------------------------------------------------------- validation
-
-
-def parse_args(model: type[_Args], arguments: dict[str, Any] | None) -> Any:
+def parse_args(model: type[ToolArgs], arguments: dict[str, Any] | None) -> Any:
     """Validate raw tool arguments into `model`, or raise InvalidArgument naming the argument."""
     raw = dict(arguments or {})
     try:
@@ -430,7 +305,7 @@ def check_silence_requires_stop(args: Any, raw: dict[str, Any]) -> None:
             raise InvalidArgument(f"{name} requires stop_on_silence: true")
 
 
-def _describe(model: type[_Args], exc: ValidationError, raw: dict[str, Any]) -> str:
+def _describe(model: type[ToolArgs], exc: ValidationError, raw: dict[str, Any]) -> str:
     accepted = ", ".join(model.model_fields) or "none"
     for err in exc.errors():
         name = str(err["loc"][0]) if err["loc"] else "arguments"
@@ -452,7 +327,7 @@ def _show(value: Any) -> str:
     return f"{text} ({names.get(kind, kind)})"
 
 
-def input_schema(model: type[_Args], defaults: Defaults = Defaults()) -> dict[str, Any]:
+def input_schema(model: type[ToolArgs], defaults: Defaults = Defaults()) -> dict[str, Any]:
     """The tool's inputSchema, its descriptions and `default`s stating the effective defaults."""
     schema = model.model_json_schema()
     schema.pop("title", None)
@@ -466,10 +341,4 @@ def input_schema(model: type[_Args], defaults: Defaults = Defaults()) -> dict[st
             prop["default"] = words[name]
         else:
             prop.pop("default", None)
-    return schema
-
-
-def output_schema(model: type[_Result]) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    schema.pop("title", None)
     return schema
