@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import latency
 import realspeech_data
 from clips import Clip
-from rig import RATE, ROOT, Rig, TimedServer
+from rig import RATE, ROOT, Rig, TimedServer, busy_cpus
 from rig import audio_assets as A
 from stats import summary, verdict
 
@@ -150,7 +150,7 @@ def whole_clip(model: Path, work: list[tuple[dict, str]], clips: dict[str, Clip]
     from mcp_listen.whisper import text as W
     from mcp_listen.whisper import transcriber as T
 
-    tr = T.Transcriber(threads=opts.threads)
+    tr = T.Transcriber(threads=opts.threads or None)
     t = time.perf_counter()
     tr.load(model)
     out: dict[str, Any] = {"_load_ms": round((time.perf_counter() - t) * 1000, 1)}
@@ -398,7 +398,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=1, help="passes over the clips per model (default 1)")
     p.add_argument("--fresh", type=int, default=3, help="extra one-call fresh servers per model (default 3)")
     p.add_argument("--stop-runs", type=int, default=1, help="capture_audio passes for stop time (0 skips)")
-    p.add_argument("--threads", type=int, default=2, help="whisper threads (default 2)")
+    p.add_argument("--threads", type=int, default=2, help="whisper threads (default 2); 0: the server's own choice")
+    p.add_argument("--busy", type=int, default=0, help="other programs, each spinning one core, during the run")
+    p.add_argument("--busy-nice", type=int, default=0, help="their nice level")
     p.add_argument("--silence-ms", type=int, default=1000, help="silence_ms of every call (default 1000)")
     p.add_argument("--only", default="", help="comma-separated clip ids (default: all)")
     p.add_argument("--cache", type=Path, default=realspeech_data.DEFAULT_CACHE, help="clip cache folder")
@@ -451,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         if opts.stop_runs:
             print("[stop time] capture_audio on every clip", flush=True)
             report["stop"] = stop_times(rig, clips, opts)
-        for model in opts.model:
-            report["models"][model_label(model)] = measure(rig, model, entries, clips, opts)
+        with busy_cpus(opts.busy, opts.busy_nice):
+            for model in opts.model:
+                report["models"][model_label(model)] = measure(rig, model, entries, clips, opts)
     finally:
         rig.close()
         report["machine"]["cpu_busy_during_run_pct"] = busy.percent()
