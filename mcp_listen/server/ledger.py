@@ -38,6 +38,14 @@ NOT_INITIALIZED = "Not initialized: send initialize (then notifications/initiali
 OVERSIZED_METHOD = "mcp-listen/oversized-message"
 """The method of the stand-in that server.stdio.BoundedLines reads in place of a request over its
 size limit; its answer becomes TOO_LARGE."""
+NOT_UNICODE_METHOD = "mcp-listen/not-unicode-message"
+"""The stand-in read in place of a request whose strings hold a lone surrogate escape (`\\ud800`
+without its pair): the SDK's JSON parser refuses such a line and drops it without a word, so the
+caller would wait for ever. Its answer becomes NOT_UNICODE."""
+NOT_UNICODE = (
+    "Invalid message: a string in it holds a lone surrogate escape (\\u{escape}) at {where}, which is not valid "
+    "Unicode (a surrogate escape must come in a high-low pair). Send the text as valid UTF-8, or drop that character."
+)
 TOO_LARGE = (
     "Message too large: {bytes} bytes, the limit is {limit} bytes (the longest valid call fits). Send a "
     "shorter prompt or arguments."
@@ -70,6 +78,8 @@ class Ledger:
             self.open.add(message.id)
             if message.method == OVERSIZED_METHOD:
                 self.oversized[message.id] = TOO_LARGE.format_map(message.params or {})
+            elif message.method == NOT_UNICODE_METHOD:
+                self.oversized[message.id] = NOT_UNICODE.format_map(message.params or {})
             elif message.method == "initialize":
                 self.initialize_seen = True
             elif not self.initialize_seen and message.method != "ping":

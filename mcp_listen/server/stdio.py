@@ -12,7 +12,8 @@ peak RSS by 226 MB). `BoundedLines` reads the wire instead: a line longer than
 MAX_LINE_BYTES is read through in small pieces and dropped with a warning, and the
 server keeps serving. A dropped request whose id can be read from the line's first
 or last bytes (where every SDK writes it) is answered with an error naming the limit
-(ledger.OVERSIZED_METHOD).
+(ledger.OVERSIZED_METHOD). A request holding a lone surrogate escape, which the SDK's parser
+drops just as silently, is answered with an error naming where it is (ledger.NOT_UNICODE_METHOD).
 
 At start a background sweep (recordings.sweep) removes our recordings older than 24 h and, at
 once, the partial files of a write a killed process left behind.
@@ -35,7 +36,7 @@ from typing import Any, BinaryIO
 
 from mcp_listen.config import Settings
 from mcp_listen.contract import limits
-from mcp_listen.server.ledger import OVERSIZED_METHOD
+from mcp_listen.server.ledger import NOT_UNICODE_METHOD, OVERSIZED_METHOD
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ MAX_LINE_BYTES = 2 << 20
 _READ_PIECE = 1 << 16
 _TAIL_BYTES = 4096
 _ID = rb'(-?[0-9]{1,18}|"(?:[^"\\]|\\.){0,256}")'
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: the only way a lone one reaches a string (bytes that are
+not UTF-8 were replaced when the line was decoded)."""
+SURROGATES = ("\ud800", "\udfff")
 _HEAD_ID = re.compile(rb'\A\s*\{(?:\s*"jsonrpc"\s*:\s*"2\.0"\s*,)?\s*"id"\s*:\s*' + _ID)
 _TAIL_ID = re.compile(rb'"id"\s*:\s*' + _ID + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
 """A request's id where SDKs write it: the first member (Python, after `jsonrpc`) or the last
@@ -143,7 +148,15 @@ class BoundedLines:
             if not line:
                 return None
             if len(line) <= self.limit:
-                return line.decode("utf-8", errors="replace")
+                text = line.decode("utf-8", errors="replace")
+                if not _SURROGATE_ESCAPE.search(text):
+                    return text
+                refused = _lone_surrogate_request(text)
+                if refused is None:
+                    return text
+                if refused:
+                    return refused
+                continue  # a notification: no id to answer, and the SDK would drop it anyway
             size, tail, ended = self._discard_rest(line)
             if not ended:
                 return None
@@ -176,6 +189,44 @@ def _request_id(head: bytes, tail: bytes) -> bytes | None:
     """The JSON text of a dropped request's id, if one stands where SDKs write it."""
     found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
     return found.group(1) if found else None
+
+
+def _lone_surrogate_request(text: str) -> str | None:
+    """None when every surrogate escape in the line is paired (or the line is not JSON: the SDK
+    answers that itself); else the stand-in request answered with NOT_UNICODE, or "" for a
+    message without an id."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return None
+    found = _first_lone_surrogate(message, "")
+    if found is None:
+        return None
+    where, escape = found
+    log.warning("refused an inbound message: a lone surrogate escape at %s", where)
+    if not isinstance(message, dict) or "id" not in message or isinstance(message.get("id"), (dict, list)):
+        return ""
+    params = {"where": where or "the message", "escape": escape}
+    return json.dumps({"jsonrpc": "2.0", "id": message["id"], "method": NOT_UNICODE_METHOD, "params": params}) + "\n"
+
+
+def _first_lone_surrogate(value: Any, where: str) -> tuple[str, str] | None:
+    """(the JSON path, the escape's hex digits) of the first string holding a lone surrogate, keys
+    included."""
+    if isinstance(value, str):
+        lone = next((char for char in value if SURROGATES[0] <= char <= SURROGATES[1]), None)
+        return None if lone is None else (where, f"{ord(lone):04x}")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str):
+            in_key = _first_lone_surrogate(key, f"a key of {where or 'the message'}")
+            if in_key is not None:
+                return in_key
+        step = (f"{where}.{key}" if where else key) if isinstance(key, str) else f"{where}[{key}]"
+        found = _first_lone_surrogate(item, step)
+        if found is not None:
+            return found
+    return None
 
 
 def _oversized_request(request_id: bytes, size: int, limit: int) -> str:
