@@ -16,10 +16,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_listen.audio.owner import speaker_owned
 from mcp_listen.audio.portaudio_lock import StreamLock
 from mcp_listen.audio.stream import OPEN_TIMEOUT_S, is_rate_error
 from mcp_listen.contract.results import Cancel
@@ -278,14 +279,19 @@ class Speaker:
 def speaker(
     portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel, open_stream: OpenStream | None = None
 ) -> Iterator[Speaker]:
-    """An open Speaker; left early (an error, a cancel), it stops playing at once and frees the device."""
-    out = Speaker(portaudio, device_index, sample_rate, stop, open_stream)
-    out.open()
-    try:
-        yield out
-    finally:
-        if not out._done.is_set():
-            out.abandon()
+    """An open Speaker; left early (an error, a cancel), it stops playing at once and frees the device.
+
+    On the real device (no `open_stream` of a test's) it is this process's for as long as it is
+    open: another mcp-listen speaking on the same sound server gets `busy` (audio/owner.py)."""
+    owned = speaker_owned() if open_stream is None else nullcontext()
+    with owned:
+        out = Speaker(portaudio, device_index, sample_rate, stop, open_stream)
+        out.open()
+        try:
+            yield out
+        finally:
+            if not out._done.is_set():
+                out.abandon()
 
 
 def open_output_stream(device_index: int, sample_rate: int) -> tuple[Any, int]:
