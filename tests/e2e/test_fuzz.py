@@ -32,6 +32,7 @@ RECORDING = ["duration_ms", "device", "stop_on_silence", "silence_ms"]
 FIELDS = {
     "list_audio_devices": ["kind"],
     "get_status": [],
+    "stop_speaking": [],
     "capture_audio": RECORDING,
     "transcribe_voice": [*RECORDING, "end_of_turn", "whisper_model", "language"],
     "voice_query": [*RECORDING, "end_of_turn", "whisper_model", "language", "model", "prompt"],
@@ -49,6 +50,7 @@ def _whisper_codes() -> set[str]:
 
 
 WHISPER_CODES = _whisper_codes()
+
 LANGUAGE_NAMES = ["english", "Portuguese", "GERMAN", "castilian", "klingon", "portugese"]
 
 
@@ -83,13 +85,20 @@ def _blank(value: Any) -> bool:
     return isinstance(value, str) and not value.strip() and _utf8(value)
 
 
+def _whisper_knows(name: str) -> bool:
+    """whisper.cpp's own lookup, which takes full names ("tatar") as well as codes."""
+    import _pywhispercpp as pw
+
+    return _utf8(name) and "\0" not in name and pw.whisper_lang_id(name) >= 0
+
+
 def _language(value: Any) -> bool:
     """A whisper code (region tags allowed), one of the names the contract lists, or auto."""
     if not isinstance(value, str) or len(value) > 32:
         return False
     if _blank(value):
         return True
-    if value.lower() in ("english", "portuguese", "german", "castilian"):
+    if value.lower() == "castilian" or (len(value) > 3 and _whisper_knows(value.lower())):
         return True
     code = value.lower().replace("_", "-").split("-", 1)[0]
     return LANGUAGE.fullmatch(value) is not None and (code in WHISPER_CODES or value.lower() == "auto")
@@ -303,7 +312,9 @@ def test_the_model_of_the_contract_is_not_trivial():
     assert offenders("voice_query", {"language": "en\n"}) == {"language"}
     assert offenders("voice_query", {"language": "xx", "whisper_model": ""}) == {"language"}
     assert offenders("voice_query", {"language": "Portuguese", "model": " ", "prompt": "p" * 32000}) == set()
+    assert offenders("voice_query", {"language": "TATAR"}) == set()
     assert offenders("get_status", {"x": None}) == {"x"}
+    assert offenders("stop_speaking", {"text": "quiet"}) == {"text"}
     assert offenders("transcribe_voice", {"duration_ms": 600_000}) == set()
     assert offenders("voice_query", {"duration_ms": 30_001}) == {"duration_ms"}
     assert offenders("voice_query", {"end_of_turn": "smart", "stop_on_silence": False}) == {"end_of_turn"}
