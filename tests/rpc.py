@@ -31,6 +31,7 @@ ALL_TOOLS = (
     "voice_query",
     "speak_text",
     "converse",
+    "stop_speaking",
     "get_status",
 )
 """With the speak extra (Piper), which the test extra brings: the suite's own server lists these."""

@@ -283,6 +283,10 @@ class GetStatusArgs(ToolArgs):
     """get_status takes no arguments."""
 
 
+class StopSpeakingArgs(ToolArgs):
+    """stop_speaking takes no arguments."""
+
+
 def parse_args(model: type[ToolArgs], arguments: dict[str, Any] | None) -> Any:
     """Validate raw tool arguments into `model`, or raise InvalidArgument naming the argument."""
     raw = dict(arguments or {})

@@ -138,6 +138,14 @@ class Spoken:
 
 
 @dataclass(frozen=True)
+class Stopped:
+    stopped: bool
+    """True when a speech was playing and is now cut short; false when nothing was playing."""
+    played_ms: int | None
+    """How much of the stopped speech had been handed to the device; None when nothing was playing."""
+
+
+@dataclass(frozen=True)
 class Conversed:
     answer: Transcribed
     """The user's answer, heard once the speech was over."""
@@ -171,6 +179,8 @@ class Tools(Protocol):
     def converse(
         self, args: Any, *, stop: Any = None, progress: Progress | None = None, received: float | None = None
     ) -> Conversed: ...
+
+    def stop_speaking(self) -> Stopped: ...
 
     def status(self) -> Status: ...
 
@@ -252,6 +262,14 @@ class SpokenPart(ToolResult):
     when nobody cut in); duration_ms is the same figure."""
 
 
+class StopSpeakingResult(ToolResult):
+    stopped: bool
+    """True when speech was playing (speak_text, or converse before it listens) and is now cut short; the
+    call that started it returns `interrupted: true`. False when nothing was playing."""
+    played_ms: Optional[int]
+    """How much of the stopped speech had played; null when nothing was playing."""
+
+
 class ConverseResult(TranscribeResult):
     spoken: SpokenPart
     """What the agent said first; the other fields are transcribe_voice's, for the user's answer."""
@@ -287,7 +305,7 @@ def output_schema(model: type[ToolResult]) -> dict[str, Any]:
     return schema
 
 
-def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken | Conversed) -> dict[str, Any]:
+def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken | Conversed | Stopped) -> dict[str, Any]:
     """The contract's result dict: exactly the fields the tool's result carries, nulls included."""
     if isinstance(result, Devices):
         return {"devices": [device.public() for device in result.devices]}
@@ -315,6 +333,8 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken |
         return StatusResult(**status).public()
     if isinstance(result, Spoken):
         return SpeakResult(**_spoken(result)).public()
+    if isinstance(result, Stopped):
+        return StopSpeakingResult(stopped=result.stopped, played_ms=result.played_ms).public()
     if isinstance(result, Conversed):
         return ConverseResult(**wire(result.answer), spoken=SpokenPart(**_spoken(result.spoken))).public()
     raise TypeError(f"not an engine result: {type(result).__name__}")

@@ -26,24 +26,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio import devices as device_list
-from mcp_listen.audio import echo, recordings, wavfile
+from mcp_listen.audio import recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
-from mcp_listen.audio.speaker import Played, speaker
+from mcp_listen.audio.speaker import speaker
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contract.arguments import CaptureArgs, ConverseArgs, SpeakArgs, TranscribeArgs, VoiceQueryArgs
-from mcp_listen.contract.limits import CHANNELS, DEFAULT_DEVICE_KIND, DEFAULT_SPEED, SAMPLE_RATE
+from mcp_listen.contract.limits import CHANNELS, DEFAULT_DEVICE_KIND, SAMPLE_RATE
 from mcp_listen.contract.results import (
     Answered,
-    AnyOf,
     Cancel,
     Captured,
     Conversed,
     Devices,
     Spoken,
     Status,
+    Stopped,
     Transcribed,
 )
-from mcp_listen.engine import memory
+from mcp_listen.engine import memory, speaking
 from mcp_listen.engine.barge import BargeIn
 from mcp_listen.engine.parts import (
     Asking,
@@ -57,16 +57,14 @@ from mcp_listen.engine.parts import (
     Whisper,
     WhisperSession,
 )
-from mcp_listen.engine.playback import Playback
+from mcp_listen.engine.speaking import SpeechOutput, check_sayable, linked
 from mcp_listen.engine.turn import SpeechFirst
-from mcp_listen.errors import Cancelled, InvalidArgument, LLMError
+from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
-from mcp_listen.speech.vad import SileroVAD
-from mcp_listen.voice.readable import readable
 
 if TYPE_CHECKING:
-    from mcp_listen.voice.check import VoiceInfo
+    pass
 
 
 log = logging.getLogger(__name__)
@@ -98,8 +96,7 @@ class Engine:
         self.speakers: Speakers = speakers or speaker
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
-        self._onset_vad: VoiceDetector | None = None
-        """Barge-in's own Silero session (the listener's keeps its state for the listener), made on first use."""
+        self.speech = SpeechOutput(settings, self.recorder, self.devices, self.voices, self.speakers, self.shutdown)
 
     # ------------------------------------------------------------------ devices and status
 
@@ -139,7 +136,7 @@ class Engine:
         plan = Plan.from_args(args, self.settings.defaults, stop_default=False)
         if out is not None:
             out.check()  # before the microphone opens: a bad path costs no recording
-        cancel = _linked(stop, self.shutdown)
+        cancel = linked(stop, self.shutdown)
         try:
             with self.recorder.claimed("capture_audio", stop=cancel) as claim:
                 folder = self._recordings_folder() if out is None else None
@@ -247,7 +244,7 @@ class Engine:
         whisper loads once speech is heard.
         """
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
-        cancel = _linked(stop, self.shutdown)
+        cancel = linked(stop, self.shutdown)
         session, worker = self._whisper_for(args, cancel)
         try:
             with self.recorder.claimed(tool, stop=cancel) as claim:
@@ -310,7 +307,7 @@ class Engine:
         if progress:
             progress(heard.duration_ms, None, f"Asking {model}")
         prompt = args.prompt or self.settings.defaults.prompt
-        return Answered(heard, model, self.ask(heard.text, model, prompt, _linked(stop, self.shutdown)))
+        return Answered(heard, model, self.ask(heard.text, model, prompt, linked(stop, self.shutdown)))
 
     def ask(self, text: str, model: str, prompt: str, stop: Cancel) -> str:
         try:
@@ -319,89 +316,16 @@ class Engine:
             exc.extra.update(transcription=text, response=None, model=model, message=exc.message)
             raise
 
-    # ------------------------------------------------------------------ speak_text
+    # ------------------------------------------------------------------ speak_text, stop_speaking (engine/speaking.py)
 
     def speak(self, args: SpeakArgs, *, stop: threading.Event | None = None, received: float | None = None) -> Spoken:
-        """Say `args.text` on the output device; `received` is when the call arrived (time.monotonic()).
+        return self.speech.speak(args, stop=stop, received=received)
 
-        The voice is found and checked and the device resolved before anything opens. Speaking
-        holds the same claim as recording, so no tool records or speaks meanwhile (`busy`).
-        With wait false the call returns once the first sound plays and a background thread
-        keeps the claim until the speech is over (or the process shuts down).
-        """
-        received = time.monotonic() if received is None else received
-        _check_sayable(args.text)
-        if args.barge_in and args.wait is False:
-            raise InvalidArgument(
-                "barge_in true needs wait true: the call returns when the user talks over the speech. Give one of "
-                "them, or use converse to keep what the user says."
-            )
-        voice = self._voice(args.voice)
-        device = self.devices.resolve_output(args.device)
-        speed = _speed(args.speed)
-        cancel = _linked(stop, self.shutdown)
-        if args.barge_in and echo.available():
-            return self._speak_until_the_user_talks(args, voice, device, cancel, received)
-        warning = echo.ECHO_UNAVAILABLE_SPEAK if args.barge_in else None
-        claim = self.recorder.claim("speak_text", stop=cancel)
-        claim.device, claim.speaking = device.name, True
-        playback = Playback(self.voices, self.speakers, self.recorder.portaudio, voice, device.index, cancel)
-        if args.wait is False:
-            try:
-                first = playback.in_background(args.text, speed, lambda: self.recorder.release(claim))
-            except BaseException:
-                self.recorder.release(claim)
-                raise
-            return Spoken(voice.name, None, _ms_between(received, first), interrupted=False)
-        try:
-            played = playback.run(args.text, speed)
-        finally:
-            self.recorder.release(claim)
-        first = _ms_between(received, played.first_audio_at)
-        return Spoken(voice.name, played.duration_ms, first, played.interrupted, warning=warning)
-
-    def _speak_until_the_user_talks(
-        self, args: SpeakArgs, voice: VoiceInfo, device: Any, cancel: Cancel, received: float
-    ) -> Spoken:
-        """speak_text with barge_in: the speech plays into the open default microphone (engine/barge.py)
-        and the call returns as soon as the user talks over it, or once it played out."""
-        playback = Playback(self.voices, self.speakers, self.recorder.portaudio.shared, voice, device.index, cancel)
-        turn = BargeIn(playback, args.text, _speed(args.speed), self._onset_detector())
-        find = lambda: self.devices.resolve(None)  # noqa: E731
-        try:
-            with self.recorder.claimed("speak_text", stop=cancel) as claim:
-                claim.device, claim.speaking = device.name, True
-                with self.recorder.open(find, stop=cancel, beside_speaker=True) as microphone:
-                    next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
-        except Cancelled:
-            pass  # as without barge_in: a cancelled speech is an interrupted one
-        finally:
-            turn.close()
-        if playback.error is not None:
-            raise playback.error
-        played = playback.played
-        if played is None:
-            return Spoken(voice.name, 0, None, interrupted=True)
-        first = _ms_between(received, played.first_audio_at)
-        return Spoken(voice.name, played.duration_ms, first, played.interrupted or turn.barged_at is not None)
-
-    def _voice(self, voice: str | None) -> VoiceInfo:
-        """The voice a call names, or the configured default, found and checked."""
-        return self.voices.find(voice or self.settings.defaults.voice)
+    def stop_speaking(self) -> Stopped:
+        return self.speech.stop()
 
     def save_speech(self, args: SpeakArgs, out: wavfile.UserFile, *, stop: threading.Event | None = None) -> Path:
-        """Say `args.text` into a WAV file at the voice's own rate instead of playing it (CLI `say
-        --save`): no sound device is opened or claimed. The voice and the path are checked before
-        synthesis; a cancel leaves no file."""
-        voice = self._voice(args.voice)
-        out.check()
-        speed = _speed(args.speed)
-        cancel = _linked(stop, self.shutdown)
-        self.voices.prepare(voice)
-        pieces = list(self.voices.synthesize(voice, args.text, speed, cancel))
-        if cancel.is_set():
-            raise Cancelled("The speech was cancelled.")
-        return out.write(_joined(pieces), voice.sample_rate)
+        return self.speech.save(args, out, stop=stop)
 
     # ------------------------------------------------------------------ converse
 
@@ -420,17 +344,17 @@ class Engine:
         (engine/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
         """
         received = time.monotonic() if received is None else received
-        _check_sayable(args.text)
-        voice = self._voice(args.voice)
+        check_sayable(args.text)
+        voice = self.speech.voice(args.voice)
         output = self.devices.resolve_output(args.output_device)
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
-        cancel = _linked(stop, self.shutdown)
+        cancel = linked(stop, self.shutdown)
         session, worker = self._whisper_for(args, cancel)
-        portaudio = self.recorder.portaudio.shared
-        playback = Playback(self.voices, self.speakers, portaudio, voice, output.index, cancel)
-        turn, warning = self._turn(playback, args)
+        playback = self.speech.playback(voice, output.index, cancel, self.recorder.portaudio.shared)
+        barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
+        turn, warning = self.speech.turn(playback, args.text, args.speed, barge_in)
         try:
-            with self.recorder.claimed("converse", stop=cancel) as claim:
+            with self.recorder.claimed("converse", stop=cancel) as claim, self.speech.now.during(playback):
                 claim.speaking = True
                 if progress:
                     progress(0, None, f"Speaking on {output.name}")
@@ -445,64 +369,7 @@ class Engine:
         words = self._words_of(heard, worker, plan, progress)
         if warning is not None:
             words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")
-        spoken = _spoken(voice.name, playback.played, received)
+        spoken = speaking.spoken(voice.name, playback.played, received)
         if not isinstance(turn, BargeIn):
             return Conversed(words, spoken, turn.listening_after_s)
         return Conversed(words, replace(spoken, played_ms=spoken.duration_ms), None, turn.cut_in_after_s)
-
-    def _turn(self, playback: Playback, args: ConverseArgs) -> tuple[SpeechFirst, str | None]:
-        """The turn converse takes: half-duplex, or with barge-in when it is asked for (the argument,
-        else MCP_LISTEN_BARGE_IN) and the echo canceller is there; without it, half-duplex and a
-        warning, never a turn that hears the agent's voice as the user's."""
-        barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
-        speed = _speed(args.speed)
-        if not barge_in:
-            return SpeechFirst(playback, args.text, speed), None
-        if not echo.available():
-            log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
-            return SpeechFirst(playback, args.text, speed), echo.ECHO_UNAVAILABLE
-        return BargeIn(playback, args.text, speed, self._onset_detector()), None
-
-    def _onset_detector(self) -> VoiceDetector:
-        """Barge-in's own Silero session, made on first use."""
-        if self._onset_vad is None:
-            self._onset_vad = SileroVAD()
-        return self._onset_vad
-
-
-def _spoken(voice: str, played: Played | None, received: float) -> Spoken:
-    """What converse said: listening began once its speech ended, so `played` is there but for a
-    speech that never reached a device (nothing to say after cleaning the text)."""
-    if played is None:
-        return Spoken(voice, 0, None, interrupted=False)
-    return Spoken(voice, played.duration_ms, _ms_between(received, played.first_audio_at), played.interrupted)
-
-
-def _check_sayable(text: str) -> None:
-    """Refuse, before the voice loads or the device opens, a text that is all markup: once its
-    Markdown, SSML or HTML marks are out (what Piper is given) no word would be left to say."""
-    if not readable(text).strip():
-        raise InvalidArgument(
-            "Invalid text: nothing is left to say once its markup (Markdown, SSML or HTML tags) is taken out. "
-            "Give the words to say as plain text."
-        )
-
-
-def _speed(speed: float | None) -> float:
-    return speed if speed is not None else DEFAULT_SPEED
-
-
-def _ms_between(start: float, end: float | None) -> int | None:
-    return None if end is None else max(0, round((end - start) * 1000))
-
-
-def _linked(stop: threading.Event | None, shutdown: threading.Event) -> AnyOf:
-    """One event that is set when either the call is cancelled or the process shuts down."""
-    return AnyOf(stop, shutdown)
-
-
-def _joined(pieces: list[Any]) -> Any:
-    """The synthesised pieces as one int16 array (numpy is loaded by then: Piper uses it)."""
-    import numpy as np
-
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)

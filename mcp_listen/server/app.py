@@ -102,6 +102,10 @@ async def _converse(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
     return wire(await call.in_thread(converse))
 
 
+async def _stop_speaking(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
+    return wire(await call.in_thread(engine.stop_speaking))
+
+
 async def _status(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
     return wire(engine.status())
 
@@ -209,6 +213,20 @@ TOOLS = [
         run=_converse,
     ),
     ToolSpec(
+        name="stop_speaking",
+        title="Stop speaking now",
+        description=(
+            "Cut short the speech playing now: speak_text (also one started with wait: false) or converse "
+            "before it listens. The call that started it returns `interrupted: true`; converse then listens "
+            "for the user as usual. Returns `stopped` (false when nothing was playing) and `played_ms`, how "
+            "much of the speech had played. Use it when the user wants the agent to be quiet."
+        ),
+        args=arguments.StopSpeakingArgs,
+        result=results.StopSpeakingResult,
+        annotations=ACTS,
+        run=_stop_speaking,
+    ),
+    ToolSpec(
         name="get_status",
         title="Microphone status",
         description=(
@@ -225,7 +243,7 @@ TOOLS = [
 ]
 
 
-SPEAKS = frozenset({"speak_text", "converse"})
+SPEAKS = frozenset({"speak_text", "converse", "stop_speaking"})
 """Listed only where Piper (the extra `speak`) is installed."""
 
 
@@ -275,7 +293,7 @@ def error_result(exc: ListenError) -> types.CallToolResult:
 
 
 def build_server(engine: Tools) -> Server:
-    """The MCP server with its tools (five, seven with Piper) and prompts bound to `engine` (engine.Engine, or a
+    """The MCP server with its tools (five, eight with Piper) and prompts bound to `engine` (engine.Engine, or a
     fake in tests)."""
     served = listed_specs()
     offered = listed_prompts()

@@ -5,6 +5,7 @@ the vmic source is what the speaker played, and whisper must understand it."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 
@@ -91,6 +92,63 @@ def test_a_cancelled_speech_stops_and_frees_the_device(speak_env, vmic, tmp_path
     assert 500 <= played <= 6000, played  # the whole text takes ~20 s
 
 
+def test_stop_speaking_cuts_the_speech_short_and_the_call_says_so(speak_env, vmic, tmp_path):
+    """stop_speaking from a second request: the speaking call returns interrupted, the sound stops
+    (the speaker's recording holds far less than the text), played_ms says how much was heard, the
+    device is free at once; with nothing playing it says stopped false, and a background speech
+    (wait: false) stops the same way."""
+    raw = tmp_path / "stopped.raw"
+    with wire(speak_env) as w:
+        idle = w.call("stop_speaking", {})["structuredContent"]
+        warm = w.call("speak_text", {"text": "Ready."}, timeout=60)
+        assert not warm.get("isError"), warm
+        with recording_the_speaker(vmic, raw):
+            request = w.start("speak_text", {"text": LONG})
+            w.until(lambda: (w.status().get("elapsed_ms") or 0) >= 1500, 30, "speech never started")
+            asked = time.monotonic()
+            stopped = w.call("stop_speaking", {})["structuredContent"]
+            answered = time.monotonic() - asked
+            spoken = w.wait(request["id"], timeout=10)["result"]["structuredContent"]
+            free = w.status()
+            time.sleep(0.5)
+        background = w.call("speak_text", {"text": LONG, "wait": False}, timeout=60)
+        assert not background.get("isError"), background
+        time.sleep(1.0)
+        second = w.call("stop_speaking", {})["structuredContent"]
+        after = w.status()
+    assert idle == {"stopped": False, "played_ms": None}
+    assert stopped["stopped"] is True and 1000 <= stopped["played_ms"] <= 8000, stopped
+    assert answered <= 2.0, answered  # the bench times it; here only that it does not wait for the text
+    assert spoken["interrupted"] is True and spoken["duration_ms"] == stopped["played_ms"], (spoken, stopped)
+    assert free["tool"] is None and not free.get("speaking"), free
+    heard = sound_span_ms(np.fromfile(raw, dtype=np.int16))
+    assert 500 <= heard <= stopped["played_ms"] + 1000, (heard, stopped)  # the whole text takes ~20 s
+    assert second["stopped"] is True and second["played_ms"] >= 500, second
+    assert after["tool"] is None, after
+
+
+def test_two_servers_never_speak_at_once_and_the_second_is_told_who_speaks(speak_env, vmic):
+    """Two clients, two servers, one sound server: while one speaks, the other's speak_text is
+    refused at once with busy naming the speaker's pid; once it is done, the other speaks."""
+    with wire(speak_env) as first, wire(speak_env) as second:
+        for w in (first, second):
+            warm = w.call("speak_text", {"text": "Ready."}, timeout=60)
+            assert not warm.get("isError"), warm
+        request = first.start("speak_text", {"text": LONG})
+        first.until(lambda: (first.status().get("elapsed_ms") or 0) >= 1000, 30, "speech never started")
+        asked = time.monotonic()
+        refused = second.call("speak_text", {"text": FOX}, timeout=30)
+        answered = time.monotonic() - asked
+        first.call("stop_speaking", {})
+        first.wait(request["id"], timeout=10)
+        later = second.call("speak_text", {"text": "Hello again."}, timeout=60)
+        pid = first.server.proc.pid
+    error = error_of(refused)["error"]
+    assert error["code"] == "busy" and f"pid {pid}" in error["message"], error
+    assert answered <= 5.0, answered  # refused, not queued behind a 20 s speech
+    assert not later.get("isError"), later
+
+
 def test_the_cli_speaks_and_prints_the_result(speak_env, vmic, tmp_path):
     import json
     import sys
@@ -154,6 +212,29 @@ def test_end_of_input_stops_a_background_speech_and_the_server_exits(speak_env, 
         assert w.server.wait_exit(timeout=10) == 0
     played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
     assert 500 <= played <= 6000, played  # the whole text takes ~20 s
+
+
+@pytest.mark.parametrize(("how", "code"), [("sigint", 130), ("sigterm", 143)])
+def test_a_signal_while_speaking_stops_the_sound_and_the_process_exits_within_2_s(speak_env, vmic, tmp_path, how, code):
+    """Ctrl-C or SIGTERM mid-speech: the sound stops, the process is gone within 2 s with the
+    signal's exit code, and the next server gets the speaker."""
+    raw = tmp_path / f"{how}.raw"
+    with recording_the_speaker(vmic, raw), wire(speak_env) as w:
+        warm = w.call("speak_text", {"text": "Ready."}, timeout=60)
+        assert not warm.get("isError"), warm
+        w.start("speak_text", {"text": LONG})
+        w.until(lambda: (w.status().get("elapsed_ms") or 0) >= 1000, 30, "speech never started")
+        began = time.monotonic()
+        w.server.proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
+        exit_code = w.server.wait_exit(timeout=10)
+        took = time.monotonic() - began
+        time.sleep(0.5)
+    assert exit_code == code and took <= 2.0, (exit_code, took)
+    played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
+    assert 500 <= played <= 6000, played  # the whole text takes ~20 s
+    with wire(speak_env) as w:
+        again = w.call("speak_text", {"text": "Hello again."}, timeout=60)
+    assert not again.get("isError"), again
 
 
 async def test_an_invalid_voice_is_refused_before_the_speaker_opens(speak_env, tmp_path, piper_voice):
@@ -247,6 +328,35 @@ def test_hostile_texts_are_spoken_cleanly_or_named_and_nothing_reaches_stdout_or
     assert alive["tool"] is None
     assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines)
     assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+REFUSED_TEXTS = {
+    "1 MB": "x " * 500_000,
+    "20,000 sentences": "Ok. " * 20_000,
+    "emoji only": "\U0001f389 \U0001f642 \u2728",
+    "punctuation only": "?!... --- ;;",
+    "markup only": "<speak><break time='1s'/></speak>",
+    "whitespace only": " \n\t ",
+}
+
+
+def test_texts_with_nothing_to_say_are_refused_at_once_and_nothing_plays(speak_env):
+    """Each is an invalid_argument naming `text` and what to do, before the voice loads or the speaker
+    opens: the status never shows speaking, and speech works right after. A lone surrogate, which the
+    SDK's JSON parser drops without a word, gets an error naming where it is, at once."""
+    with wire(speak_env) as w:
+        for name, text in REFUSED_TEXTS.items():
+            reply = w.call("speak_text", {"text": text}, timeout=30)
+            error = error_of(reply)["error"]
+            assert error["code"] == "invalid_argument", (name, reply)
+            assert "text" in error["message"], (name, error)
+            assert w.status().get("speaking") is not True, name
+        lone = w.wait(w.start("speak_text", {"text": "half \ud800 pair"})["id"], timeout=10)
+        spoken = w.call("speak_text", {"text": "**Still** here."}, timeout=120)
+    assert lone["error"]["code"] == -32600, lone
+    assert "params.arguments.text" in lone["error"]["message"] and "\\ud800" in lone["error"]["message"], lone
+    assert not spoken.get("isError"), spoken
+    assert spoken["structuredContent"]["duration_ms"] > 0
 
 
 def test_a_jack_speaker_is_refused_by_name_before_anything_plays(speak_env):

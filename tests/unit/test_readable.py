@@ -50,8 +50,8 @@ def test_runs_of_mark_characters_do_not_hang_the_call():
 
 
 def test_a_text_of_nothing_but_markup_is_refused_before_anything_opens():
-    from mcp_listen.engine import engine as E
+    from mcp_listen.engine import speaking
 
     with pytest.raises(InvalidArgument, match="nothing is left to say once its markup"):
-        E._check_sayable("<speak><break/></speak>")
-    E._check_sayable("<speak>Hello</speak>")  # words left: accepted
+        speaking.check_sayable("<speak><break/></speak>")
+    speaking.check_sayable("<speak>Hello</speak>")  # words left: accepted

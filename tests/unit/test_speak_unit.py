@@ -427,6 +427,37 @@ def test_shutdown_stops_a_background_speech():
     assert engine.recorder.active is None
 
 
+def test_stop_speaking_cuts_a_speech_short_from_another_thread_and_frees_the_device():
+    """The speaking call returns interrupted with what had played, stop_speaking says the same
+    figure, and with nothing playing it is stopped: false, not an error."""
+    from mcp_listen.contract.results import Stopped
+
+    engine, voices, _ = _engine()
+    assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
+    voices.gate.clear()
+    box: dict[str, Any] = {}
+    speaking = threading.Thread(target=lambda: box.update(spoken=engine.speak(parse(text="Hello there."))))
+    speaking.start()
+    deadline = time.monotonic() + 5
+    while engine.speech.now.playback is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    stopped = engine.stop_speaking()
+    speaking.join(5)
+    assert stopped == Stopped(stopped=True, played_ms=100)
+    assert box["spoken"].interrupted is True and box["spoken"].duration_ms == 100
+    assert engine.recorder.active is None and engine.speech.now.playback is None
+    assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
+
+
+def test_stop_speaking_stops_a_background_speech():
+    engine, voices, _ = _engine()
+    voices.gate.clear()
+    engine.speak(parse(text="Hello there.", wait=False))
+    assert engine.stop_speaking().stopped is True
+    assert engine.recorder.active is None and not engine.status().speaking
+
+
 def test_a_busy_microphone_refuses_speech_before_anything_opens():
     engine, _, outputs = _engine()
     with engine.recorder.claimed("transcribe_voice"):

@@ -1,0 +1,265 @@
+"""The engine's voice: speak_text, `say --save`, stop_speaking, and the speech half of converse.
+
+One per engine, composed by engine.Engine. Speaking holds the same claim as recording (the speaker
+and the microphone are one device here), so no tool records or speaks meanwhile. The speech that
+plays now, whichever call started it, is kept in `NowPlaying`, so stop_speaking can cut it short
+from another request, and the call it belongs to returns `interrupted: true`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mcp_listen.audio import echo, wavfile
+from mcp_listen.contract.arguments import SpeakArgs
+from mcp_listen.contract.limits import DEFAULT_SPEED
+from mcp_listen.contract.results import AnyOf, Cancel, Spoken, Stopped
+from mcp_listen.engine.barge import BargeIn
+from mcp_listen.engine.playback import Playback
+from mcp_listen.engine.turn import SpeechFirst
+from mcp_listen.errors import Cancelled, InvalidArgument
+from mcp_listen.speech.listener import VoiceDetector
+from mcp_listen.speech.vad import SileroVAD
+from mcp_listen.voice.readable import readable
+
+if TYPE_CHECKING:
+    from mcp_listen.audio.speaker import Played
+    from mcp_listen.config import Settings
+    from mcp_listen.engine.parts import DeviceList, Microphones, Speakers, Speaking
+    from mcp_listen.voice.check import VoiceInfo
+
+log = logging.getLogger(__name__)
+
+STOP_WAIT_S = 1.0
+"""The longest stop_speaking waits for the device to let go (it takes ~10-50 ms: one write block)."""
+STOP_POLL_S = 0.005
+"""How often stop_speaking looks whether the claim has stopped speaking."""
+
+
+class NowPlaying:
+    """The one speech playing now, if any: set while a Playback runs, whichever call started it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._playback: Playback | None = None
+
+    def start(self, playback: Playback) -> None:
+        with self._lock:
+            self._playback = playback
+
+    def end(self, playback: Playback) -> None:
+        """Forget `playback`, unless another speech has taken its place meanwhile."""
+        with self._lock:
+            if self._playback is playback:
+                self._playback = None
+
+    @contextmanager
+    def during(self, playback: Playback) -> Iterator[Playback]:
+        self.start(playback)
+        try:
+            yield playback
+        finally:
+            self.end(playback)
+
+    @property
+    def playback(self) -> Playback | None:
+        with self._lock:
+            return self._playback
+
+
+class SpeechOutput:
+    """Speaks through the engine's parts: the voices, the speakers, the device claim."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        recorder: Microphones,
+        devices: DeviceList,
+        voices: Speaking,
+        speakers: Speakers,
+        shutdown: threading.Event,
+    ) -> None:
+        self.settings = settings
+        self.recorder = recorder
+        self.devices = devices
+        self.voices = voices
+        self.speakers = speakers
+        self.shutdown = shutdown
+        self.now = NowPlaying()
+        self._onset_vad: VoiceDetector | None = None
+        """Barge-in's own Silero session (the listener's keeps its state for the listener), made on first use."""
+
+    def speak(self, args: SpeakArgs, *, stop: threading.Event | None = None, received: float | None = None) -> Spoken:
+        """Say `args.text` on the output device; `received` is when the call arrived (time.monotonic()).
+
+        The voice is found and checked and the device resolved before anything opens. With wait
+        false the call returns once the first sound plays and a background thread keeps the
+        claim until the speech is over (or the process shuts down).
+        """
+        received = time.monotonic() if received is None else received
+        check_sayable(args.text)
+        if args.barge_in and args.wait is False:
+            raise InvalidArgument(
+                "barge_in true needs wait true: the call returns when the user talks over the speech. Give one of "
+                "them, or use converse to keep what the user says."
+            )
+        voice = self.voice(args.voice)
+        device = self.devices.resolve_output(args.device)
+        cancel = linked(stop, self.shutdown)
+        if args.barge_in and echo.available():
+            return self._speak_until_the_user_talks(args, voice, device, cancel, received)
+        warning = echo.ECHO_UNAVAILABLE_SPEAK if args.barge_in else None
+        claim = self.recorder.claim("speak_text", stop=cancel)
+        claim.device, claim.speaking = device.name, True
+        playback = self.playback(voice, device.index, cancel, self.recorder.portaudio)
+        if args.wait is False:
+            return self._speak_in_background(playback, args, claim, received)
+        try:
+            with self.now.during(playback):
+                played = playback.run(args.text, speed_of(args.speed))
+        finally:
+            self.recorder.release(claim)
+        first = ms_between(received, played.first_audio_at)
+        return Spoken(voice.name, played.duration_ms, first, played.interrupted, warning=warning)
+
+    def _speak_in_background(self, playback: Playback, args: SpeakArgs, claim: Any, received: float) -> Spoken:
+        """speak_text with wait false: returns once the first sound plays; the claim and the
+        now-playing mark go when the speech is over."""
+
+        def over() -> None:
+            self.now.end(playback)
+            self.recorder.release(claim)
+
+        self.now.start(playback)
+        try:
+            first = playback.in_background(args.text, speed_of(args.speed), over)
+        except BaseException:
+            over()
+            raise
+        return Spoken(playback.voice.name, None, ms_between(received, first), interrupted=False)
+
+    def _speak_until_the_user_talks(
+        self, args: SpeakArgs, voice: VoiceInfo, device: Any, cancel: Cancel, received: float
+    ) -> Spoken:
+        """speak_text with barge_in: the speech plays into the open default microphone (engine/barge.py)
+        and the call returns as soon as the user talks over it, or once it played out."""
+        playback = self.playback(voice, device.index, cancel, self.recorder.portaudio.shared)
+        turn = BargeIn(playback, args.text, speed_of(args.speed), self.onset_detector())
+        find = lambda: self.devices.resolve(None)  # noqa: E731
+        try:
+            with self.recorder.claimed("speak_text", stop=cancel) as claim, self.now.during(playback):
+                claim.device, claim.speaking = device.name, True
+                with self.recorder.open(find, stop=cancel, beside_speaker=True) as microphone:
+                    next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
+        except Cancelled:
+            pass  # as without barge_in: a cancelled speech is an interrupted one
+        finally:
+            turn.close()
+        if playback.error is not None:
+            raise playback.error
+        played = playback.played
+        if played is None:
+            return Spoken(voice.name, 0, None, interrupted=True)
+        first = ms_between(received, played.first_audio_at)
+        return Spoken(voice.name, played.duration_ms, first, played.interrupted or turn.barged_at is not None)
+
+    def stop(self, wait_s: float = STOP_WAIT_S) -> Stopped:
+        """stop_speaking: cut the speech playing now short, whichever call started it, and say how
+        much of it had played. It returns once the device has stopped speaking: speak_text's claim
+        released, or converse listening. Nothing playing is not an error: `stopped` is false."""
+        playback = self.now.playback
+        if playback is None:
+            return Stopped(stopped=False, played_ms=None)
+        deadline = time.monotonic() + wait_s
+        playback.stop(wait_s)
+        while self._device_speaks() and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_S)
+        played = playback.played
+        return Stopped(stopped=True, played_ms=played.duration_ms if played is not None else 0)
+
+    def _device_speaks(self) -> bool:
+        claim = self.recorder.active
+        return claim is not None and bool(claim.speaking)
+
+    def voice(self, voice: str | None) -> VoiceInfo:
+        """The voice a call names, or the configured default, found and checked."""
+        return self.voices.find(voice or self.settings.defaults.voice)
+
+    def playback(self, voice: VoiceInfo, device_index: int, cancel: Cancel, portaudio: Any) -> Playback:
+        return Playback(self.voices, self.speakers, portaudio, voice, device_index, cancel)
+
+    def save(self, args: SpeakArgs, out: wavfile.UserFile, *, stop: threading.Event | None = None) -> Path:
+        """Say `args.text` into a WAV file at the voice's own rate instead of playing it (CLI `say
+        --save`): no sound device is opened or claimed. The voice and the path are checked before
+        synthesis; a cancel leaves no file."""
+        voice = self.voice(args.voice)
+        out.check()
+        cancel = linked(stop, self.shutdown)
+        self.voices.prepare(voice)
+        pieces = list(self.voices.synthesize(voice, args.text, speed_of(args.speed), cancel))
+        if cancel.is_set():
+            raise Cancelled("The speech was cancelled.")
+        return out.write(_joined(pieces), voice.sample_rate)
+
+    def turn(
+        self, playback: Playback, text: str, speed: float | None, barge_in: bool
+    ) -> tuple[SpeechFirst, str | None]:
+        """The turn converse takes: half-duplex, or with barge-in when it is asked for and the echo
+        canceller is there; without it, half-duplex and a warning, never a turn that hears the
+        agent's voice as the user's."""
+        if not barge_in:
+            return SpeechFirst(playback, text, speed_of(speed)), None
+        if not echo.available():
+            log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
+            return SpeechFirst(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
+        return BargeIn(playback, text, speed_of(speed), self.onset_detector()), None
+
+    def onset_detector(self) -> VoiceDetector:
+        """Barge-in's own Silero session, made on first use."""
+        if self._onset_vad is None:
+            self._onset_vad = SileroVAD()
+        return self._onset_vad
+
+
+def spoken(voice: str, played: Played | None, received: float) -> Spoken:
+    """What converse said: listening began once its speech ended, so `played` is there but for a
+    speech that never reached a device (nothing to say after cleaning the text)."""
+    if played is None:
+        return Spoken(voice, 0, None, interrupted=False)
+    return Spoken(voice, played.duration_ms, ms_between(received, played.first_audio_at), played.interrupted)
+
+
+def check_sayable(text: str) -> None:
+    """Refuse, before the voice loads or the device opens, a text that is all markup: once its
+    Markdown, SSML or HTML marks are out (what Piper is given) no word would be left to say."""
+    if not readable(text).strip():
+        raise InvalidArgument(
+            "Invalid text: nothing is left to say once its markup (Markdown, SSML or HTML tags) is taken out. "
+            "Give the words to say as plain text."
+        )
+
+
+def speed_of(speed: float | None) -> float:
+    return speed if speed is not None else DEFAULT_SPEED
+
+
+def ms_between(start: float, end: float | None) -> int | None:
+    return None if end is None else max(0, round((end - start) * 1000))
+
+
+def linked(stop: threading.Event | None, shutdown: threading.Event) -> AnyOf:
+    """One event that is set when either the call is cancelled or the process shuts down."""
+    return AnyOf(stop, shutdown)
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """The synthesised pieces as one int16 array (numpy is loaded by then: Piper uses it)."""
+    import numpy as np
+
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
