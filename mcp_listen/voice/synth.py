@@ -60,11 +60,26 @@ class Synthesizer:
         said = pieces(readable(text))  # Markdown, SSML and HTML marks are not read out
         for number, piece in enumerate(said, start=1):
             joins_next = number < len(said) and ends_mid_clause(piece)
-            for chunk in voice.synthesize(piece, config):
+            for chunk in _synthesized(voice, piece, config, info):
                 if stop.is_set():
                     return
                 samples = chunk.audio_int16_array
                 yield trailing_silence_cut(samples, info.sample_rate) if joins_next else samples
+
+
+def _synthesized(voice: Any, piece: str, config: Any, info: VoiceInfo) -> Iterator[Any]:
+    """Piper's chunks of one piece. A voice whose .onnx.json lies about its network (a phoneme id
+    past the network's symbol table: onnxruntime refuses the lookup mid-speech) is voice_invalid
+    naming the file, not an internal error."""
+    try:
+        yield from voice.synthesize(piece, config)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no public base class
+        raise VoiceError(
+            f"Piper could not speak with the voice {info.path}: its network refused the input "
+            f"({type(exc).__name__}); its .onnx.json does not match its .onnx. Pull it again, or choose another "
+            "voice (mcp-listen voices lists them).",
+            code="voice_invalid",
+        ) from None
 
 
 def trailing_silence_cut(samples: Any, sample_rate: int) -> Any:
