@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from mcp_listen.config import redact_url
+from mcp_listen.config.urls import redact_url
 from mcp_listen.errors import ListenError
 from mcp_listen.files import NEW_FILE
 

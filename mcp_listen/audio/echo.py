@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mcp_listen.config import installed
+from mcp_listen.config.libraries import installed
 from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
 
 SEARCH_LEAD_S = 0.15

@@ -39,7 +39,8 @@ from mcp_listen.cli.doctor_report import (  # noqa: F401 - re-exported: callers 
     skipped,
 )
 from mcp_listen.cli.doctor_speak import check_speaking
-from mcp_listen.config import Settings, redact_url
+from mcp_listen.config import Settings
+from mcp_listen.config.urls import redact_url
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL, resolve_model, short_name
 from mcp_listen.whisper.threads import threads_now

@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _log_level(raw: str) -> str:
     """--log-level in any case; anything else is a usage error (exit 64), as in MCP_LISTEN_LOG_LEVEL."""
-    from mcp_listen.config import LOG_LEVELS
+    from mcp_listen.config.values import LOG_LEVELS
 
     if raw.upper() not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(f"invalid level {raw!r}: choose from {', '.join(LOG_LEVELS)}")

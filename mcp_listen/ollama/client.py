@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from mcp_listen.config import redact_url
+from mcp_listen.config.urls import redact_url
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.ollama.http import (
     MAX_REPLY_CHARS,

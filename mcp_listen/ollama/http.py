@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from mcp_listen import __version__
-from mcp_listen.config import normalize_ollama_host, redact_url
+from mcp_listen.config.urls import normalize_ollama_host, redact_url
 from mcp_listen.errors import LLMError
 
 MAX_REPLY_CHARS = 1_000_000

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio.levels import FULL_SCALE, level_db, power_db  # noqa: F401 - level_db re-exported
-from mcp_listen.config import import_onnxruntime
+from mcp_listen.config.libraries import import_onnxruntime
 from mcp_listen.contract.limits import WINDOW_SAMPLES
 from mcp_listen.errors import VADError
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from mcp_listen.config import import_onnxruntime, installed
+from mcp_listen.config.libraries import import_onnxruntime, installed
 from mcp_listen.contract.results import Cancel
 from mcp_listen.errors import VoiceError
 from mcp_listen.voice.check import VoiceInfo

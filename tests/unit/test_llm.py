@@ -15,7 +15,7 @@ import pytest
 from fake_ollama import FakeOllama, refused_url
 from rpc import until
 
-from mcp_listen.config import normalize_ollama_host
+from mcp_listen.config.urls import normalize_ollama_host
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.ollama import client as llm
 
@@ -372,7 +372,7 @@ def test_doctor_shows_the_host_redacted_and_quotes_the_pull_command(fake: FakeOl
     ],
 )
 def test_host_credentials_are_kept_for_use_and_redacted_for_show(raw: str, normal: str, shown: str) -> None:
-    from mcp_listen.config import redact_url
+    from mcp_listen.config.urls import redact_url
 
     assert normalize_ollama_host(raw) == normal
     assert redact_url(normal) == shown

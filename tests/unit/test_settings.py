@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_listen.config import load_settings, normalize_ollama_host, redact_url
+from mcp_listen.config import load_settings
+from mcp_listen.config.urls import normalize_ollama_host, redact_url
 
 NOT_UTF8 = b"/tmp/caf\xe9".decode("utf-8", "surrogateescape")
 """What Python makes of a latin-1 folder name in the environment: a lone surrogate."""
