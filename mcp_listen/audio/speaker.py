@@ -167,6 +167,11 @@ class Speaker:
             raise self.error
         return Played(self._frames, self.device_rate, self.first_audio_at, self._interrupted, self.ended_at)
 
+    @property
+    def played_ms(self) -> int:
+        """How much has been handed to the device so far: what a lost speaker's error reports."""
+        return round(self._frames * 1000 / self.device_rate)
+
     def abandon(self) -> None:
         """Stop playing now (the caller failed): the writer aborts the stream and lets go of the device."""
         self._abandoned.set()

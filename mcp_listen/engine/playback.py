@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.contract.results import AnyOf, Cancel
+from mcp_listen.errors import ListenError
 
 if TYPE_CHECKING:
     from mcp_listen.audio.portaudio_lock import StreamLock
@@ -77,6 +78,8 @@ class Playback:
                 self.played = out.finish()
                 return self.played
         except BaseException as exc:
+            if isinstance(exc, ListenError) and self._speaker is not None:
+                exc.extra.setdefault("played_ms", self._speaker.played_ms)  # a lost speaker: what was heard
             self.error = exc
             raise
         finally:

@@ -320,6 +320,7 @@ def test_a_speaker_lost_mid_speech_ends_the_call_with_a_named_error_within_3_s(s
             took = time.monotonic() - lost
             assert error_of(reply)["error"]["code"] == "device_lost", reply
             assert "list_audio_devices" in error_of(reply)["error"]["message"]
+            assert 500 <= error_of(reply)["played_ms"] <= 30_000, reply  # ~1 s had played when it was lost
             assert took <= 3.0, took
             assert w.status()["tool"] is None
     finally:

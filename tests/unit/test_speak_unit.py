@@ -325,6 +325,10 @@ class FakeSpeaker:
             self.first_audio_at = time.monotonic()
             self.first_audio.set()
 
+    @property
+    def played_ms(self) -> int:
+        return round(sum(len(s) for s in self.fed) * 1000 / self.rate)
+
     def finish(self) -> Any:
         from mcp_listen.audio.speaker import Played
 
