@@ -1,6 +1,7 @@
 """mcp-listen benchmark: latency, footprint and transcript quality, on the virtual microphone.
 
     python bench/run.py [--runs N] [--json OUT] [--skip-venv]
+    python bench/run.py --quick      # every headline figure of docs/performance.md, fewer runs, ~5 min
 
 Needs what the tests need (PulseAudio, paplay, espeak-ng, sox, libportaudio2) and a
 whisper model: MCP_LISTEN_TEST_MODEL, or --model, else tests/assets/ggml-tiny.en.bin (the one the
@@ -15,6 +16,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +38,19 @@ BASE_MIN_BYTES = 100 * 1024 * 1024
 """A real ggml-base.en.bin is 148 MB; smaller files of that name are test stand-ins."""
 
 
+QUICK_DIR = ROOT / "bench" / "results" / "quick"
+"""Where --quick writes its reports: a check of the figures, never a replacement of the current files."""
+QUICK_SCRIPTS = {
+    "realspeech": ["realspeech.py", "--runs", "1", "--fresh", "1", "--stop-runs", "1", "--threads", "0"],
+    "speak": ["speak.py", "--runs", "3", "--cpu-runs", "1"],
+}
+"""The other headline figures (real voices with tiny.en, speech out) with fewer repetitions."""
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse(argv)
+    if opts.quick:
+        return quick(opts)
     began = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-bench-"))
     report: dict[str, Any] = {"machine": machine(), "config": config(opts)}
@@ -66,6 +79,29 @@ def main(argv: list[str] | None = None) -> int:
     out = opts.json or ROOT / "bench" / "results.json"
     save_report(report, Path(out), print_summary)
     return 0
+
+
+def quick(opts: argparse.Namespace) -> int:
+    """Every headline figure once, in about 5 minutes: this script's sections with one run and no
+    venv, then the real-voice and speech-out scripts with fewer repetitions; each report goes to
+    bench/results/quick/, and the time each took is printed."""
+    QUICK_DIR.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    argv = ["--runs", "1", "--skip-venv", "--model", str(opts.model), "--json", str(QUICK_DIR / "results.json")]
+    steps: list[tuple[str, list[str]]] = [("run", [sys.executable, __file__, *argv])]
+    for name, script in QUICK_SCRIPTS.items():
+        report = ["--json", str(QUICK_DIR / f"results-{name}.json")]
+        steps.append((name, [sys.executable, str(Path(__file__).with_name(script[0])), *script[1:], *report]))
+    failed = 0
+    for name, command in steps:
+        t = time.monotonic()
+        code = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL).returncode
+        print(f"[quick {name}] exit {code} in {time.monotonic() - t:.0f} s", flush=True)
+        failed += code != 0
+    print(
+        f"[quick] {len(steps) - failed} of {len(steps)} steps in {time.monotonic() - began:.0f} s; reports in {QUICK_DIR}"
+    )
+    return 1 if failed else 0
 
 
 def save_report(report: dict[str, Any], out: Path, show: Callable[[dict[str, Any]], None]) -> None:
@@ -103,6 +139,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="silence_ms for every stop-on-silence call",
     )
     p.add_argument("--lengths", default="2s,5s,20s", help="utterances for voice_query (2s,5s,20s)")
+    p.add_argument("--quick", action="store_true", help="every headline figure, fewer runs, into bench/results/quick/")
     opts = p.parse_args(argv)
     if not opts.model.is_file():
         p.error(f"whisper model {opts.model} not found (set MCP_LISTEN_TEST_MODEL or pass --model)")
