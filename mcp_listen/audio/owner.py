@@ -43,19 +43,18 @@ SOUND_SERVER_VARS = ("PULSE_SERVER", "PULSE_RUNTIME_PATH", "PIPEWIRE_REMOTE")
 def lock_path() -> Path:
     """Where this user's speaker lock for this sound server lives: the private runtime folder
     when there is one."""
-    uid = os.getuid() if hasattr(os, "getuid") else 0
     chosen = "\0".join(os.environ.get(name, "") for name in SOUND_SERVER_VARS)
     server = hashlib.sha256(chosen.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     folder = Path(runtime) if runtime and os.path.isdir(runtime) else Path(tempfile.gettempdir())
-    return folder / LOCK_NAME.format(uid=uid, server=server)
+    return folder / LOCK_NAME.format(uid=os.getuid(), server=server)
 
 
 @contextmanager
 def speaker_owned(path: Path | None = None) -> Iterator[None]:
     """Hold the speaker for this process while the block runs; DeviceBusy at once when another
     process holds it."""
-    fd = _open(path or lock_path())
+    fd = None if fcntl is None else _open(path or lock_path())
     if fd is None:
         yield
         return
@@ -77,17 +76,14 @@ def speaker_owned(path: Path | None = None) -> Iterator[None]:
 
 
 def _open(path: Path) -> int | None:
-    """The lock file, ours and a regular file; None where there is no flock or it cannot be used."""
-    if fcntl is None:
-        return None
+    """The lock file, ours and a regular file; None when it cannot be used."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW | CLOEXEC, 0o600)
     except OSError as exc:
         log.warning("speaker lock unusable (%s): speaking without the one-owner rule", type(exc).__name__)
         return None
     info = os.fstat(fd)
-    uid = os.getuid() if hasattr(os, "getuid") else info.st_uid
-    if info.st_uid != uid or not stat.S_ISREG(info.st_mode):
+    if info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
         os.close(fd)
         log.warning("speaker lock belongs to another user or is not a file: speaking without the one-owner rule")
         return None

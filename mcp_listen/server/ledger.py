@@ -68,7 +68,7 @@ class Ledger:
         self.kinds = kinds
         self.open: set[Any] = set()
         self.early: dict[Any, str] = {}
-        self.oversized: dict[Any, str] = {}
+        self.refused: dict[Any, str] = {}
         self.initialize_seen = False
         self.on_eof = on_eof
 
@@ -77,9 +77,9 @@ class Ledger:
         if isinstance(message, self.kinds.request):
             self.open.add(message.id)
             if message.method == OVERSIZED_METHOD:
-                self.oversized[message.id] = TOO_LARGE.format_map(message.params or {})
+                self.refused[message.id] = TOO_LARGE.format_map(message.params or {})
             elif message.method == NOT_UNICODE_METHOD:
-                self.oversized[message.id] = NOT_UNICODE.format_map(message.params or {})
+                self.refused[message.id] = NOT_UNICODE.format_map(message.params or {})
             elif message.method == "initialize":
                 self.initialize_seen = True
             elif not self.initialize_seen and message.method != "ping":
@@ -90,7 +90,7 @@ class Ledger:
     def reword(self, item: Any) -> Any:
         """An answer on its way out: the init gate's error says what to do."""
         message = item.message
-        too_large = self.oversized.pop(getattr(message, "id", None), None)
+        too_large = self.refused.pop(getattr(message, "id", None), None)
         if too_large and isinstance(message, self.kinds.error):
             message.error.code, message.error.message, message.error.data = self.kinds.invalid_request, too_large, None
             return item

@@ -35,6 +35,7 @@ import time
 from typing import Any, BinaryIO
 
 from mcp_listen.config import Settings
+from mcp_listen.config.values import is_text
 from mcp_listen.contract import limits
 from mcp_listen.server.ledger import NOT_UNICODE_METHOD, OVERSIZED_METHOD
 
@@ -62,6 +63,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 """A JSON escape of a UTF-16 surrogate: the only way a lone one reaches a string (bytes that are
 not UTF-8 were replaced when the line was decoded)."""
 SURROGATES = ("\ud800", "\udfff")
+"""The range of UTF-16 surrogates: in a Python string read from JSON, only an unpaired one is left."""
 _HEAD_ID = re.compile(rb'\A\s*\{(?:\s*"jsonrpc"\s*:\s*"2\.0"\s*,)?\s*"id"\s*:\s*' + _ID)
 _TAIL_ID = re.compile(rb'"id"\s*:\s*' + _ID + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
 """A request's id where SDKs write it: the first member (Python, after `jsonrpc`) or the last
@@ -214,8 +216,10 @@ def _first_lone_surrogate(value: Any, where: str) -> tuple[str, str] | None:
     """(the JSON path, the escape's hex digits) of the first string holding a lone surrogate, keys
     included."""
     if isinstance(value, str):
-        lone = next((char for char in value if SURROGATES[0] <= char <= SURROGATES[1]), None)
-        return None if lone is None else (where, f"{ord(lone):04x}")
+        if is_text(value):
+            return None
+        lone = next(char for char in value if SURROGATES[0] <= char <= SURROGATES[1])
+        return where, f"{ord(lone):04x}"
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         if isinstance(key, str):
