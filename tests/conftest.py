@@ -136,15 +136,9 @@ def piper_voice() -> Path:
 @pytest.fixture
 def speak_env(vmic: VirtualMic, tmp_path: Path, piper_voice: Path) -> dict[str, str]:
     """A server's environment with the test voice as the default voice (speaker_rig.py: the rig)."""
-    from rpc import server_env
+    from speaker_rig import speaking_env
 
-    return server_env(
-        vmic.env,
-        HOME=str(tmp_path),
-        MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"),
-        MCP_LISTEN_VOICES_PATH=str(piper_voice.parent),
-        MCP_LISTEN_VOICE="en_US-joe-medium",
-    )
+    return speaking_env(vmic.env, tmp_path, piper_voice.parent)
 
 
 # =============================================================================================

@@ -29,6 +29,48 @@ LONG = " ".join(
 SOUND = 300
 """A sample louder than this (about -40 dBFS) is sound; the null sink's silence is exact zeros."""
 VOICE = "en_US-joe-medium"
+AGENT_WORDS = ("fisherman", "village", "basket", "rowed", "sea")
+"""Words of LONG that no user clip holds: one of them in a transcript is the agent's own voice."""
+CUT_IN_AFTER_S = 4.0
+"""From the speech's start on get_status to the user's clip: ~2.5 s of speech played, past the first ~2 s
+that cannot be interrupted (the echo's delay measured, then the canceller settles: engine/barge.py)."""
+
+
+def speaking_env(mic_env: dict[str, str], home: Path, voices: Path, **extra: str) -> dict[str, str]:
+    """A server's environment on the rig: the test voice (in `voices`) as the default voice, HOME and the
+    recordings in `home`."""
+    from rpc import server_env
+
+    places = {"HOME": str(home), "MCP_LISTEN_RECORDINGS_DIR": str(home / "rec"), "MCP_LISTEN_VOICES_PATH": str(voices)}
+    return server_env(mic_env, **places, MCP_LISTEN_VOICE=VOICE, **extra)
+
+
+def agent_words_in(text: str | None) -> list[str]:
+    heard = (text or "").lower()
+    return [word for word in AGENT_WORDS if word in heard]
+
+
+def user_cuts_in(w: Any, vmic: Any, tool: str, args: dict[str, Any], token: str = "turn") -> tuple[dict, float]:
+    """The live barge-in case: `tool` starts LONG (its voice loaded by a first call, so the speech starts at
+    once), and CUT_IN_AFTER_S after it speaks the user says speech_checks.speech_clip() over it. Returns the
+    reply and when the clip began to play (time.monotonic()); progress comes under `token`."""
+    from speech_checks import speech_clip
+
+    request = w.start(tool, {"text": LONG, **args}, progressToken=token)
+    w.until(lambda: w.status().get("speaking"), 30, f"{tool} never started speaking")
+    time.sleep(CUT_IN_AFTER_S)
+    started = time.monotonic()
+    player = vmic.play(speech_clip(), block=False)
+    reply = w.wait(request["id"], timeout=120)
+    player.wait()
+    return reply, started
+
+
+def agent_alone(w: Any, model_path: Path) -> dict[str, Any]:
+    """The agent's own voice case: converse says LONG into the microphone at full level and nobody speaks;
+    barge-in as the server's settings say. Returns the reply's `result`."""
+    args = {"text": LONG, "whisper_model": str(model_path), "duration_ms": 1500}
+    return w.call("converse", args, timeout=180)
 
 
 @contextmanager

@@ -5,23 +5,13 @@ talks — stops the speech and becomes the answer."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from rpc import wire
-from speaker_rig import LONG
-from speech_checks import speech_clip
+from speaker_rig import agent_alone, agent_words_in, user_cuts_in
 
 # The user's onset must be found within seconds of real-time echo cancellation: on a machine that the
 # parallel tiers load, the canceller's windows come late. They run alone (tools/dev test).
 pytestmark = [pytest.mark.anyio, pytest.mark.solo]
-
-AGENT_WORDS = ("fisherman", "village", "basket", "rowed", "sea")
-
-
-def _agent_words_in(text: str | None) -> list[str]:
-    heard = (text or "").lower()
-    return [word for word in AGENT_WORDS if word in heard]
 
 
 def test_the_user_speaking_over_the_agent_stops_it_and_is_the_answer(speak_env, vmic, model_path):
@@ -29,22 +19,17 @@ def test_the_user_speaking_over_the_agent_stops_it_and_is_the_answer(speak_env, 
     played, and the transcription holds not a word of the agent's. The user's words were said over the
     agent and the canceller damps them: how well they come through (and how often the agent's own voice
     stops the speech first) is measured in bench/barge.py, not asserted here."""
-    args = {"text": LONG, "whisper_model": str(model_path), "silence_ms": 800, "barge_in": True}
+    args = {"whisper_model": str(model_path), "silence_ms": 800, "barge_in": True}
     with wire(speak_env) as w:
         w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
-        request = w.start("converse", args, progressToken="turn")
-        w.wait_progress("turn", "Speaking on", timeout=60)
-        w.until(lambda: w.status().get("speaking"), 30, "converse never started speaking")
-        time.sleep(4.0)  # the speech playing for ~2.5 s: past the first ~2 s, which cannot be interrupted
-        vmic.play(speech_clip())
-        reply = w.wait(request["id"], timeout=120)
+        reply, _ = user_cuts_in(w, vmic, "converse", args)
     result = reply["result"]
     assert not result.get("isError"), result
     data = result["structuredContent"]
     spoken = data["spoken"]
     assert spoken["interrupted"] is True, data
     assert spoken["played_ms"] == spoken["duration_ms"] and 1000 < spoken["played_ms"] < 10_000, spoken
-    assert _agent_words_in(data["transcription"]) == [], data
+    assert agent_words_in(data["transcription"]) == [], data
     assert data["stopped_by"] in ("silence", "ceiling") and "warning" not in data, data
 
 
@@ -52,15 +37,14 @@ def test_the_agents_own_voice_at_full_level_never_becomes_the_answer(speak_env, 
     """Nobody speaks: the long speech plays into the microphone at full level, and whatever the turn
     makes of it (bench/barge.py counts how often the agent's own voice stops it), no word of it is
     the answer. Barge-in comes from MCP_LISTEN_BARGE_IN here, not the argument."""
-    args = {"text": LONG, "whisper_model": str(model_path), "duration_ms": 1500}
     with wire({**speak_env, "MCP_LISTEN_BARGE_IN": "true"}) as w:
         bad = w.call("converse", {"text": "Hi.", "barge_in": "yes"})
-        reply = w.call("converse", args, timeout=180)
+        reply = agent_alone(w, model_path)
     assert bad.get("isError") and "barge_in" in bad["content"][0]["text"], bad
     assert not reply.get("isError"), reply
     data = reply["structuredContent"]
     assert data["spoken"]["played_ms"] == data["spoken"]["duration_ms"] > 1000, data
-    assert _agent_words_in(data["transcription"]) == [], data
+    assert agent_words_in(data["transcription"]) == [], data
 
 
 def test_speak_text_with_barge_in_stops_and_returns_when_the_user_talks(speak_env, vmic):
@@ -68,14 +52,8 @@ def test_speak_text_with_barge_in_stops_and_returns_when_the_user_talks(speak_en
     with wire(speak_env) as w:
         refused = w.call("speak_text", {"text": "Hi.", "barge_in": True, "wait": False})
         w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
-        request = w.start("speak_text", {"text": LONG, "barge_in": True})
-        w.until(lambda: w.status().get("speaking"), 30, "speak_text never started speaking")
-        time.sleep(4.0)  # the speech playing for ~2.5 s: past the first ~2 s, which cannot be interrupted
-        player = vmic.play(speech_clip(), block=False)
-        started = time.monotonic()
-        reply = w.wait(request["id"], timeout=60)
-        returned_after = time.monotonic() - started
-        player.wait()
+        reply, started = user_cuts_in(w, vmic, "speak_text", {"barge_in": True})
+        returned_after = w.arrived[reply["id"]] - started
         free = w.status()
     assert refused.get("isError") and "barge_in true needs wait true" in refused["content"][0]["text"], refused
     data = reply["result"]["structuredContent"]

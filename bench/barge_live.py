@@ -1,0 +1,148 @@
+"""Barge-in live: the e2e barge-in cases (tests/e2e/test_barge_in.py) repeated in a row through the real
+server, the sound server and the agent's voice at full level in the microphone (tests/speaker_rig.py).
+
+    python bench/barge_live.py [--runs 20] [--json OUT] [--model PATH]
+
+One server for the whole series (a user's session), barge-in on by MCP_LISTEN_BARGE_IN. Each run is the
+user cutting in (passes when the speech stopped after the user began, "lighthouse" is in the transcript
+and no agent word is), then the agent alone (passes when the speech played out and no word of it is in
+the transcript). Reaction: the user's first sample above -40 dBFS in the sink's monitor (bench/rig.py's
+Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines
+naming one ("diverg...": WebRTC's AEC3 reports none). CPU: the server's over the agent-alone call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+import run
+from rig import RATE, ROOT, Monitor, audio_assets, proc_stats
+from rpc import wire
+from speaker_rig import SOUND, agent_alone, agent_words_in, speaking_env, user_cuts_in
+from speech_checks import heard_lighthouse, speech_clip, wer
+from stats import fmt, summary
+from vmic import VirtualMic, refresh_portaudio
+
+CLIP_TEXT = "please tell me a short story about a lighthouse keeper"
+DIVERGED = re.compile(rb"diverg", re.IGNORECASE)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=20, help="runs of each case, in a row (default 20)")
+    p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-barge-live.json")
+    p.add_argument("--model", type=Path, default=ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
+    return p.parse_args(argv)
+
+
+def divergences(log: Path, offset: int) -> tuple[int, int]:
+    """Lines of the server's log since `offset` that report a divergence, and the new offset."""
+    data = log.read_bytes()
+    return sum(1 for line in data[offset:].splitlines() if DIVERGED.search(line)), len(data)
+
+
+def cut_in(w: Any, mic: VirtualMic, monitor: Monitor, model: Path, token: str) -> dict[str, Any]:
+    args = {"whisper_model": str(model), "silence_ms": 800}
+    reply, started = user_cuts_in(w, mic, "converse", args, token)
+    data = reply["result"].get("structuredContent") or {"error": reply["result"]}
+    clip = audio_assets.read_wav(speech_clip())
+    at, peak = monitor.find(clip, started - 0.5, started + len(clip) / RATE + 1.5)
+    onset = monitor.time_of(at + int(np.flatnonzero(np.abs(clip.astype(np.int32)) > SOUND)[0]))
+    listened = w.progress_time(token, "Listening on")
+    reaction = None if listened is None else round((listened - onset) * 1000)
+    text = data.get("transcription")
+    spoken = data.get("spoken", {})
+    row = {"stopped": bool(spoken.get("interrupted")), "early": reaction is not None and reaction < 0}
+    row.update(heard=heard_lighthouse(text), agent_words=agent_words_in(text), reaction_ms=reaction)
+    row.update(wer=round(wer(CLIP_TEXT, text or ""), 3), clip_match=round(peak, 3), played_ms=spoken.get("played_ms"))
+    row["passed"] = row["stopped"] and not row["early"] and row["heard"] and not row["agent_words"]
+    return {**row, "transcription": text}
+
+
+def alone(w: Any, model: Path) -> dict[str, Any]:
+    pid, began = w.server.proc.pid, time.monotonic()
+    cpu = proc_stats(pid)["cpu_s"]
+    result = agent_alone(w, model)
+    wall = time.monotonic() - began
+    data = result.get("structuredContent") or {"error": result}
+    spoken = data.get("spoken", {})
+    row = {"stopped": bool(spoken.get("interrupted")), "agent_words": agent_words_in(data.get("transcription"))}
+    row.update(played_ms=spoken.get("played_ms"), cpu_pct=round(100 * (proc_stats(pid)["cpu_s"] - cpu) / wall, 1))
+    row["passed"] = not row["stopped"] and not row["agent_words"] and not data.get("error")
+    return {**row, "transcription": data.get("transcription")}
+
+
+def series(opts: argparse.Namespace, workdir: Path, mic: VirtualMic, monitor: Monitor) -> dict[str, list]:
+    rows: dict[str, list] = {"cut_in": [], "alone": []}
+    log = workdir / "server.log"
+    env = speaking_env(mic.env, workdir, ROOT / "tests" / "assets" / "voices", MCP_LISTEN_BARGE_IN="true")
+    with wire(env, stderr_path=log) as w:
+        w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
+        offset = 0
+        for i in range(opts.runs):
+            for case in ("cut_in", "alone"):
+                try:
+                    row = cut_in(w, mic, monitor, opts.model, f"t{i}") if case == "cut_in" else alone(w, opts.model)
+                except Exception as exc:  # noqa: BLE001 - a failed run is a result: say what failed
+                    row = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
+                row["divergences"], offset = divergences(log, offset)
+                rows[case].append(row)
+                print(f"run {i + 1} {case}: {'pass' if row['passed'] else 'FAIL'} {row}", flush=True)
+                if w.server.proc.poll() is not None:
+                    return rows
+    return rows
+
+
+def summarise(rows: dict[str, list]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for case, runs in rows.items():
+        out[case] = {"runs": len(runs), "divergences": sum(r.get("divergences", 0) for r in runs)}
+        for key in ("passed", "stopped", "agent_words", "error", "early", "heard"):
+            out[case][key] = sum(1 for r in runs if r.get(key))
+    cut = rows["cut_in"]
+    out["cut_in"]["reaction_ms"] = summary(r["reaction_ms"] for r in cut if (r.get("reaction_ms") or -1) >= 0)
+    out["cut_in"]["wer_pct"] = summary(100 * r["wer"] for r in cut if "wer" in r)
+    out["alone"]["cpu_pct"] = summary(r["cpu_pct"] for r in rows["alone"] if "cpu_pct" in r)
+    return out
+
+
+def show(report: dict[str, Any]) -> None:
+    for case, s in report["summary"].items():
+        print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} divergences, {s}")
+    print(f"reaction: {fmt(report['summary']['cut_in']['reaction_ms'])}")
+    print(f"machine: {report['machine']['cpu_busy_during_run_pct']} % of all CPUs busy during the run")
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    began, busy = time.monotonic(), run.CpuBusy()
+    report: dict[str, Any] = {"machine": run.machine(), "config": {"runs": opts.runs, "model": opts.model.name}}
+    workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-barge-live-"))
+    mic = VirtualMic().start()
+    refresh_portaudio(mic.env)
+    monitor = Monitor()
+    try:
+        rows = series(opts, workdir, mic, monitor)
+    finally:
+        monitor.close()
+        mic.close()
+        report["machine"].update(cpu_busy_during_run_pct=busy.percent(), loadavg_end=run.loadavg())
+        report["elapsed_s"] = round(time.monotonic() - began, 1)
+        shutil.rmtree(workdir, ignore_errors=True)
+    report.update(summary=summarise(rows), runs=rows)
+    run.save_report(report, opts.json, show)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
