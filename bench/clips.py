@@ -1,13 +1,15 @@
-"""The spoken material: espeak-ng sentences joined with natural pauses, and word error rate.
+"""The spoken material and how it is scored: espeak-ng sentences joined with natural pauses, the real
+recordings made playable, and word error rate.
 
-Every clip is built from the test helpers (audio_assets: espeak-ng + sox, cached) so it
-is reproducible byte for byte. Numbers are avoided in the texts: whisper writes "10"
-for "ten", which would count as an error that is not one.
+The espeak-ng clips come from the test helpers (audio_assets: espeak-ng + sox, cached), so they repeat
+byte for byte; their texts avoid numbers, which whisper writes as digits. The real recordings come
+from realspeech_data.py.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,21 +20,17 @@ from rig import audio_assets as A
 LEAD_MS = 300
 """Silence played before the speech."""
 PAUSE_MS = 250
-"""Added between sentences; espeak-ng already ends each clip with ~0.37 s of near-silence,
-so the gaps heard are ~0.6 s: a breath between sentences, well under silence_ms."""
+"""Added between sentences; espeak-ng already ends each clip with ~0.37 s of near-silence, so the gaps
+heard are ~0.6 s: a breath between sentences, well under silence_ms."""
 
 STOP_SENTENCES = (
     "the quick brown fox jumps over the lazy dog",
     "please turn off the lights in the kitchen",
     "how far is it from here to the train station",
 )
-
 UTTERANCES: dict[str, tuple[str, ...]] = {
     "2s": ("What is the weather like in Paris today?",),
-    "5s": (
-        "Please add milk and bread to my shopping list.",
-        "Then remind me to call my mother tonight.",
-    ),
+    "5s": ("Please add milk and bread to my shopping list.", "Then remind me to call my mother tonight."),
     "20s": (
         "Good morning, I would like to plan a trip to the mountains next weekend.",
         "Can you tell me what the weather will be like on Saturday and Sunday?",
@@ -41,6 +39,8 @@ UTTERANCES: dict[str, tuple[str, ...]] = {
         "Finally, remind me to book a hotel room before Friday.",
     ),
 }
+SENTENCES = (*STOP_SENTENCES, *(s for sentences in UTTERANCES.values() for s in sentences))
+"""The 11 espeak-ng sentences of the stop-latency and utterance clips, for the offline replays."""
 
 
 @dataclass(frozen=True)
@@ -54,44 +54,33 @@ class Clip:
     last_loud: int
     length: int
 
-    @property
-    def speech_s(self) -> float:
-        """First to last loud sample, in seconds."""
-        return (self.last_loud - self.first_loud) / RATE
-
     def reference(self) -> tuple[Any, int]:
         """(samples to look for in a recording, offset of their first sample in the clip)."""
-        samples = A.read_wav(self.path)
         start = max(0, self.first_loud - RATE // 100)
-        end = min(self.length, self.last_loud + RATE // 100)
-        return samples[start:end], start
+        return A.read_wav(self.path)[start : min(self.length, self.last_loud + RATE // 100)], start
+
+    def whole(self) -> Any:
+        """The clip as the pipeline hears it in one piece: from its ~1 s pre-roll before the first loud
+        sample to 300 ms after the last (the span the whole-clip WERs transcribe)."""
+        return A.read_wav(self.path)[max(0, self.first_loud - RATE) : self.last_loud + int(0.3 * RATE)]
 
     def public(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "speech_s": round(self.speech_s, 2),
-            "words": len(normalize(self.text)),
-        }
+        return {"name": self.name, "speech_s": round((self.last_loud - self.first_loud) / RATE, 2),
+                "words": len(words(self.text))}  # fmt: skip
+
+
+def clip(name: str, text: str, parts: list[Any]) -> Clip:
+    path = A.concat(parts)
+    samples = A.read_wav(path)
+    return Clip(name, text, path, A.first_loud_sample(samples), A.last_loud_sample(samples), len(samples))
 
 
 def build(name: str, sentences: tuple[str, ...], tail_ms: int) -> Clip:
     """lead silence + sentences with pauses + tail silence (longer than silence_ms)."""
     parts: list[Any] = [A.silence(LEAD_MS)]
     for i, sentence in enumerate(sentences):
-        if i:
-            parts.append(A.silence(PAUSE_MS))
-        parts.append(A.speech(sentence))
-    parts.append(A.silence(tail_ms))
-    path = A.concat(parts)
-    samples = A.read_wav(path)
-    return Clip(
-        name=name,
-        text=" ".join(sentences),
-        path=path,
-        first_loud=A.first_loud_sample(samples),
-        last_loud=A.last_loud_sample(samples),
-        length=len(samples),
-    )
+        parts += [A.silence(PAUSE_MS), A.speech(sentence)] if i else [A.speech(sentence)]
+    return clip(name, " ".join(sentences), [*parts, A.silence(tail_ms)])
 
 
 def stop_clips(silence_ms: int) -> list[Clip]:
@@ -102,24 +91,52 @@ def utterance_clips(silence_ms: int) -> dict[str, Clip]:
     return {name: build(name, sentences, silence_ms + 2000) for name, sentences in UTTERANCES.items()}
 
 
-# --------------------------------------------------------------------------- word error rate
+def playable(entry: dict, silence_ms: int) -> Clip:
+    """A real recording as the bench plays it: lead silence + the recording + a tail over silence_ms."""
+    return clip(entry["id"], entry["text"], [A.silence(LEAD_MS), Path(entry["path"]), A.silence(silence_ms + 2000)])
 
 
-def normalize(text: str) -> list[str]:
-    """Lowercase words, punctuation stripped (apostrophes kept inside words)."""
-    text = re.sub(r"[^a-z0-9' ]+", " ", (text or "").lower())
+def real(only: str = "", cache: Path | None = None, language: str = "", pause_under_ms: int = 0) -> list[dict]:
+    """The real recordings (realspeech_data.py builds them on first use): all, or the comma-separated
+    ids of `only`, of one `language`, whose longest inner pause is under `pause_under_ms`."""
+    import realspeech_data
+
+    entries = realspeech_data.load(cache or realspeech_data.DEFAULT_CACHE)
+    return [e for e in entries if (not only or e["id"] in only.split(",")) and (not language or e["language"] == language)
+            and (not pause_under_ms or e["longest_pause_ms"] < pause_under_ms)]  # fmt: skip
+
+
+def words(text: str) -> list[str]:
+    """Lowercase words without punctuation or accents; numbers stay as written ("ten" != "10").
+
+    Accents go because the Asterisk transcripts omit many ("numero") where whisper writes them
+    ("número"); apostrophes inside words stay ("d'echo").
+    """
+    text = unicodedata.normalize("NFKD", (text or "").lower().replace("\u2019", "'"))
+    text = re.sub(r"[^\w']+|_", " ", "".join(ch for ch in text if not unicodedata.combining(ch)))
     return [w.strip("'") for w in text.split() if w.strip("'")]
 
 
-def wer(reference: str, hypothesis: str) -> float:
-    """Word-level Levenshtein distance / reference length."""
-    ref, hyp = normalize(reference), normalize(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else 1.0
+def errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word-level edit distance, reference words)."""
+    ref, hyp = words(reference), words(hypothesis)
     previous = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         current = [i]
         for j, h in enumerate(hyp, 1):
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
         previous = current
-    return previous[-1] / len(ref)
+    return previous[-1], len(ref)
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """Word errors over reference words, for one text."""
+    wrong, total = errors(reference, hypothesis)
+    return wrong / total if total else float(bool(words(hypothesis)))
+
+
+def corpus_wer(pairs: list[tuple[str, str]]) -> float | None:
+    """Corpus WER in percent: all errors over all reference words (long clips weigh more)."""
+    counts = [errors(r, h) for r, h in pairs]
+    total = sum(n for _, n in counts)
+    return round(100 * sum(e for e, _ in counts) / total, 2) if total else None

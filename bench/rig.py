@@ -1,19 +1,12 @@
-"""The benchmark's test rig: the real server as a child, its clock, the microphone's clock.
-
-Reuses the test helpers (tests/vmic.py, tests/rpc.py, tests/fake_ollama.py,
-tests/audio_assets.py) so the benchmark drives exactly what the tests drive: a
-real `python -m mcp_listen` over stdio, a private PulseAudio virtual microphone,
-and a real HTTP server on loopback standing in for Ollama.
-
-Two clocks matter and both are `time.monotonic()` in this process:
-- TimedServer stamps every line the server writes when it arrives here;
-- Monitor is a second PortAudio client on the virtual microphone (4 ms blocks)
-  whose callbacks give the wall-clock time at which each sample became
-  available to any recorder, so "the last loud sample of the speech" has a time.
-"""
+"""The bench's rig, built on the test helpers (tests/vmic.py, rpc.py, fake_ollama.py, audio_assets.py) so
+the bench drives what the tests drive: the real server as a child, the virtual microphone and speaker, a
+loopback Ollama. Two clocks, both `time.monotonic()` here: TimedServer stamps each line the server writes
+when it arrives; Monitor, a second PortAudio client on the virtual device, says when each sample became
+available to any recorder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,38 +14,25 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT / "tests", ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import audio_assets
 from fake_ollama import FakeOllama
-from rpc import RawServer, server_env, tool_call
+from rpc import RawServer, server_env
 from vmic import VirtualMic, refresh_portaudio
 
 RATE = 16000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-__all__ = [
-    "FakeOllama",
-    "Monitor",
-    "Rig",
-    "TimedServer",
-    "VirtualMic",
-    "audio_assets",
-    "proc_stats",
-    "tool_call",
-]
-
-
-# --------------------------------------------------------------------------- process figures
+TEST_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL") or ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
+"""The whisper model of the test suite (tools/make_test_assets.py writes it), unless told another."""
+SETTLE_S = 0.15
+"""Pause between "the stream is running" and starting the clip."""
 
 
 def proc_stats(pid: int) -> dict[str, float]:
@@ -67,19 +47,6 @@ def proc_stats(pid: int) -> dict[str, float]:
     return out
 
 
-def loaded_libraries(pid: int) -> set[str]:
-    """File names of the shared objects mapped into a process (to prove what is not loaded)."""
-    names = set()
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and ".so" in parts[5]:
-            names.add(Path(parts[5]).name)
-    return names
-
-
-# --------------------------------------------------------------------------- the server
-
-
 class TimedServer(RawServer):
     """RawServer that stamps each reply and progress notification with its arrival time."""
 
@@ -87,7 +54,6 @@ class TimedServer(RawServer):
         self.replies: dict[int, tuple[float, dict[str, Any]]] = {}
         self.progress: list[tuple[float, dict[str, Any]]] = []
         self._cond = threading.Condition()
-        self.spawned = time.monotonic()
         super().__init__(env, stderr_path=stderr_path)
 
     def _read(self) -> None:
@@ -106,22 +72,14 @@ class TimedServer(RawServer):
                 self._cond.notify_all()
 
     def initialize(self, version: str = "2025-11-25") -> dict[str, Any]:
-        """The MCP handshake; returns the initialize reply."""
-        rid, _ = self.send_request(
-            "initialize",
-            {
-                "protocolVersion": version,
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        )
-        _, reply = self.reply(rid, timeout=30)
+        params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
+        _, reply = self.timed_call("initialize", params, timeout=30)
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return reply
 
-    def send_request(self, method: str, params: dict[str, Any] | None = None) -> tuple[int, float]:
-        msg = self.request(method, params)
-        sent = time.monotonic()
+    def start(self, method: str, params: dict[str, Any] | None = None) -> tuple[int, float]:
+        """Write a request; (its id, the time just before it was written)."""
+        msg, sent = self.request(method, params), time.monotonic()
         self.send(msg)
         return msg["id"], sent
 
@@ -139,34 +97,31 @@ class TimedServer(RawServer):
 
     def timed_call(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60) -> tuple[float, dict]:
         """Round trip in seconds and the reply message."""
-        rid, sent = self.send_request(method, params)
+        rid, sent = self.start(method, params)
         arrived, msg = self.reply(rid, timeout)
         return arrived - sent, msg
 
     def tool(self, name: str, arguments: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-        _, msg = self.timed_call("tools/call", {"name": name, "arguments": arguments}, timeout)
-        result = msg.get("result") or {}
-        if "error" in msg or result.get("isError"):
-            raise RuntimeError(f"{name} failed: {json.dumps(msg)[:400]}")
-        return result.get("structuredContent") or {}
+        """A tool call's structured result; a refusal or error stops the bench (no figure without it)."""
+        return structured(self.timed_call("tools/call", {"name": name, "arguments": arguments}, timeout)[1])
 
     def start_tool(self, name: str, arguments: dict[str, Any], token: str) -> tuple[int, float]:
-        """Send a tools/call asking for progress; returns (request id, time sent)."""
-        msg = tool_call(self, name, arguments, progressToken=token)
-        sent = time.monotonic()
-        self.send(msg)
-        return msg["id"], sent
+        """A tools/call asking for progress: (request id, time written)."""
+        return self.start("tools/call", {"name": name, "arguments": arguments, "_meta": {"progressToken": token}})
 
     def progress_for(self, token: str) -> list[tuple[float, dict[str, Any]]]:
         with self._cond:
             return [(t, p) for t, p in self.progress if p.get("progressToken") == token]
 
+    def notice(self, token: str, text: str) -> float | None:
+        """Arrival of the first progress notification of `token` whose message starts with `text`."""
+        return next((t for t, p in self.progress_for(token) if str(p.get("message", "")).startswith(text)), None)
+
     def wait_until_recording(self, timeout: float = 20.0) -> None:
         """Poll get_status (answers during a recording) until the stream is running."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            _, msg = self.timed_call("tools/call", {"name": "get_status", "arguments": {}})
-            status = msg["result"]["structuredContent"]
+            status = self.tool("get_status", {})
             if status["recording"] and status["device"]:
                 return
             time.sleep(0.02)
@@ -177,15 +132,27 @@ class TimedServer(RawServer):
         return proc_stats(self.proc.pid)
 
 
-# --------------------------------------------------------------------------- the microphone's clock
+def structured(msg: dict[str, Any]) -> dict[str, Any]:
+    result = msg.get("result") or {}
+    if "error" in msg or result.get("isError"):
+        raise RuntimeError(f"the call failed: {json.dumps(msg)[:400]}")
+    return result.get("structuredContent") or {}
+
+
+def close_server(server: TimedServer) -> None:
+    """stdin closed: the server exits 0 by itself; killed if it does not."""
+    with contextlib.suppress(Exception):  # already gone, or slow to exit: stop() kills it
+        server.close_stdin()
+        server.wait_exit(timeout=10)
+    server.stop()
 
 
 class Monitor:
-    """A second recorder on the virtual microphone: its samples and when each became available.
+    """A second recorder on the virtual device: its samples and when each became available.
 
     4 ms blocks at low latency arrive within ~0.3 ms of each other's schedule (measured), so
-    `t0 = min(callback time - samples so far / rate)` over nearby blocks is when sample 0
-    would have arrived with the least delay any client sees; sample i is then at t0 + i/rate.
+    `t0 = min(callback time - samples so far / rate)` over nearby blocks is when sample 0 would have
+    arrived with the least delay any client sees; sample i is then at t0 + i/rate.
     """
 
     def __init__(self) -> None:
@@ -195,24 +162,14 @@ class Monitor:
         self._np = np
         self._times: list[float] = []
         self._blocks: list[Any] = []
-        self.overflows = 0
+        self._cache_n = 0
+        self._samples, self._ends, self._tarr = np.zeros(0, np.int16), np.zeros(0, np.int64), np.zeros(0)
         self._stream = sd.InputStream(
-            samplerate=RATE,
-            channels=1,
-            dtype="int16",
-            blocksize=0,
-            latency="low",
-            callback=self._callback,
+            samplerate=RATE, channels=1, dtype="int16", blocksize=0, latency="low", callback=self._callback
         )
         self._stream.start()
-        self._cache_n = 0
-        self._samples = np.zeros(0, np.int16)
-        self._ends = np.zeros(0, np.int64)
-        self._tarr = np.zeros(0)
 
     def _callback(self, indata: Any, frames: int, when: Any, status: Any) -> None:
-        if status.input_overflow:
-            self.overflows += 1
         self._blocks.append(indata[:, 0].copy())
         self._times.append(time.monotonic())
 
@@ -221,15 +178,13 @@ class Monitor:
         self._stream.close()
 
     def _sync(self) -> None:
-        np = self._np
-        n = min(len(self._blocks), len(self._times))
+        np, n = self._np, min(len(self._blocks), len(self._times))
         if n == self._cache_n:
             return
         new = self._blocks[self._cache_n : n]
-        lengths = np.array([len(b) for b in new], dtype=np.int64)
         base = int(self._ends[-1]) if self._ends.size else 0
         self._samples = np.concatenate([self._samples, *new])
-        self._ends = np.concatenate([self._ends, base + np.cumsum(lengths)])
+        self._ends = np.concatenate([self._ends, base + np.cumsum([len(b) for b in new])])
         self._tarr = np.concatenate([self._tarr, np.array(self._times[self._cache_n : n])])
         self._cache_n = n
 
@@ -239,63 +194,44 @@ class Monitor:
         return self._samples
 
     def recent(self, samples: int) -> Any:
-        """The last `samples` captured, read from the newest blocks only: cheap enough to poll
-        (samples() copies the whole stream)."""
-        picked: list[Any] = []
-        got, i = 0, min(len(self._blocks), len(self._times))
+        """The last `samples` captured, from the newest blocks only: cheap enough to poll."""
+        picked, got, i = [], 0, min(len(self._blocks), len(self._times))
         while i > 0 and got < samples:
             i -= 1
             picked.append(self._blocks[i])
             got += len(self._blocks[i])
-        if not picked:
-            return self._np.zeros(0, self._np.int16)
-        return self._np.concatenate(picked[::-1])[-samples:]
+        return self._np.concatenate(picked[::-1])[-samples:] if picked else self._np.zeros(0, self._np.int16)
 
-    def t0_near(self, index: int, span_s: float = 4.0) -> float:
-        """Arrival time of sample 0 on the clock of the blocks within span_s of `index`."""
+    def time_of(self, index: int, span_s: float = 4.0) -> float:
+        """When sample `index` became available, on the clock of the blocks within span_s of it."""
         self._sync()
-        np = self._np
         span = int(span_s * RATE)
         near = (self._ends > index - span) & (self._ends < index + span)
         if not near.any():
-            near = np.ones_like(self._ends, dtype=bool)
-        return float(np.min(self._tarr[near] - self._ends[near] / RATE))
-
-    def time_of(self, index: int) -> float:
-        """When sample `index` (of the monitor's stream) became available."""
-        return self.t0_near(index) + index / RATE
+            near = self._np.ones_like(self._ends, dtype=bool)
+        return float(self._np.min(self._tarr[near] - self._ends[near] / RATE)) + index / RATE
 
     def index_at(self, t: float) -> int:
         """The sample available at time t (inverse of time_of, global clock estimate)."""
         self._sync()
-        np = self._np
-        t0 = float(np.min(self._tarr - self._ends / RATE))
-        return max(0, int((t - t0) * RATE))
+        return max(0, int((t - float(self._np.min(self._tarr - self._ends / RATE))) * RATE))
 
     def find(self, played: Any, t_from: float, t_to: float) -> tuple[int, float]:
         """Index in the monitor's stream where `played` starts, searched in [t_from, t_to]; and the match."""
         self._sync()
-        a = self.index_at(t_from)
-        b = min(len(self._samples), self.index_at(t_to))
-        region = self._samples[a:b]
-        if len(region) < len(played):
+        a, b = self.index_at(t_from), min(len(self._samples), self.index_at(t_to))
+        if b - a < len(played):
             raise RuntimeError("the monitor did not capture the whole clip")
-        lag, peak = audio_assets.xcorr_align(region, played)
+        lag, peak = audio_assets.xcorr_align(self._samples[a:b], played)
         return a + lag, peak
 
 
-# --------------------------------------------------------------------------- the whole rig
-
-
-@contextmanager
+@contextlib.contextmanager
 def busy_cpus(count: int, nice: int = 0) -> Iterator[None]:
-    """`count` other programs, each spinning one core at `nice`: the loaded laptop of the
-    contention bench (a compiler or an indexer beside the agent)."""
-    spin = "while True: pass"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", spin], preexec_fn=(lambda: os.nice(nice)) if nice else None)
-        for _ in range(count)
-    ]
+    """`count` other programs, each spinning one core at `nice`: the loaded laptop of the contention
+    bench (a compiler or an indexer beside the agent)."""
+    nicer = (lambda: os.nice(nice)) if nice else None
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=nicer) for _ in range(count)]
     try:
         yield
     finally:
@@ -308,9 +244,7 @@ class Rig:
     """Virtual microphone + loopback Ollama + monitor, and environments for server children."""
 
     def __init__(self, model_dir: Path, workdir: Path, threads: int = 2) -> None:
-        self.workdir = workdir
-        self.model_dir = model_dir
-        self.threads = threads
+        self.workdir, self.model_dir, self.threads = workdir, model_dir, threads
         self.mic = VirtualMic().start()
         self.ollama = FakeOllama().start()
         # The client closes keep-alive connections the fake still reads from: not an error here.
@@ -322,14 +256,9 @@ class Rig:
     def env(self, **extra: str) -> dict[str, str]:
         if self.threads:  # 0: the server chooses per pass from what is free (its default)
             extra = {"MCP_LISTEN_WHISPER_THREADS": str(self.threads), **extra}
-        return server_env(
-            self.mic.env,
-            WHISPER_MODEL_PATH=str(self.model_dir),
-            OLLAMA_HOST=self.ollama.url,
-            MCP_LISTEN_RECORDINGS_DIR=str(self.workdir / "recordings"),
-            MCP_LISTEN_LOG_LEVEL="WARNING",
-            **extra,
-        )
+        return server_env(self.mic.env, WHISPER_MODEL_PATH=str(self.model_dir), OLLAMA_HOST=self.ollama.url,
+                          MCP_LISTEN_RECORDINGS_DIR=str(self.workdir / "recordings"),
+                          **{"MCP_LISTEN_LOG_LEVEL": "WARNING", **extra})  # fmt: skip
 
     def server(self, **extra: str) -> TimedServer:
         self._n += 1
@@ -345,8 +274,30 @@ class Rig:
 
     def play(self, wav: Path) -> tuple[float, Any]:
         """Start playing a clip into the microphone; (time paplay was spawned, its Popen)."""
-        t = time.monotonic()
-        return t, self.mic.play(wav, block=False)
+        return time.monotonic(), self.mic.play(wav, block=False)
+
+    def play_during(self, server: TimedServer, tool: str, args: dict[str, Any], wav: Path, token: str) -> dict:
+        """Start `tool`, play `wav` once the microphone runs, wait for the result."""
+        rid, _ = server.start_tool(tool, args, token)
+        server.wait_until_recording()
+        time.sleep(SETTLE_S)
+        t_play, player = self.play(wav)
+        try:
+            t_reply, msg = server.reply(rid, timeout=90)
+        finally:
+            stop_player(player)
+        return {"t_play": t_play, "t_reply": t_reply, "result": structured(msg)}
+
+    def speech_end(self, clip: Any, t_play: float, t_reply: float) -> dict[str, float]:
+        """When the clip's last loud sample reached the microphone (monitor clock), found by
+        cross-correlation (the capture is bit-exact); ValueError or RuntimeError if it never did."""
+        monitor = self.start_monitor()
+        time.sleep(0.05)  # let the monitor's last blocks in
+        ref, offset = clip.reference()
+        start, peak = monitor.find(ref, t_play - 0.5, t_reply + 0.05)
+        return {"monitor_start": start - offset, "monitor_peak": round(peak, 5),
+                "t_speech_end": monitor.time_of(start + clip.last_loud - offset + 1),
+                "play_start_latency_ms": (monitor.time_of(start - offset) - t_play) * 1000}  # fmt: skip
 
     def close(self) -> None:
         if self.monitor is not None:

@@ -1,27 +1,19 @@
-#!/usr/bin/env python3
 """Soak: many calls in one server process; does anything pile up?
 
     python bench/soak.py [--captures 200] [--queries 50] [--json OUT]
 
-One `python -m mcp_listen` child, driven over raw JSON-RPC, with a private virtual microphone
-(tests/vmic.py) and a loopback Ollama (tests/fake_ollama.py):
-
-1. `--captures` capture_audio calls of 100 ms, one after another;
-2. `--queries` voice_query calls of 1 s (stop_on_silence false) while speech plays into the
-   microphone without pause, so every call transcribes words and asks the fake Ollama.
-
-Reported (stdout, and as JSON with --json): the child's VmRSS after a warm-up (20 captures and
-5 queries) and at the end, its peak (VmHWM), thread count (/proc/PID/task) and open file
-descriptors (/proc/PID/fd, where every open audio stream shows up as sockets/pipes) at the same
-moments, VmRSS every 20 captures and every 10 queries (rss_trace_kb), files in the recordings folder that no call reported, and the exit code after stdin
-closes. tests/e2e/test_reliability.py::test_soak runs this and asserts the bounds.
+One server on the rig: `--captures` capture_audio calls of 100 ms, then `--queries` voice_query calls of
+1 s (stop_on_silence false) while speech plays into the microphone without a pause, so every call
+transcribes words and asks the loopback Ollama. Reported: RSS, peak, threads and open descriptors after
+each phase's warm-up (20 captures, 5 queries) and at its end, RSS every 20 captures and 10 queries,
+files in the recordings folder no call reported, and the exit code after stdin closes.
+tests/e2e/test_soak.py runs it and bounds the figures.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -29,170 +21,90 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import audio_assets as A  # noqa: E402
-from fake_ollama import FakeOllama  # noqa: E402
-from rpc import RawServer, proc_memory_kb, server_env, tool_call  # noqa: E402
-from vmic import VirtualMic  # noqa: E402
+from rig import TEST_MODEL, Rig, TimedServer
+from rig import audio_assets as A
+from stats import cli, save_report
 
-WARM_CAPTURES = 20
-WARM_QUERIES = 5
+WARM = {"capture": 20, "query": 5}
 STORY = (
     "the lighthouse keeper climbed the stairs every evening to light the great lamp and watch the ships "
     "come home across the grey water while the wind sang in the windows and the gulls called over the rocks"
 )
 
 
-def model_path() -> Path:
-    for candidate in filter(
-        None, [os.environ.get("MCP_LISTEN_TEST_MODEL"), str(REPO / "tests" / "assets" / "ggml-tiny.en.bin")]
-    ):
-        if Path(candidate).is_file():
-            return Path(candidate)
-    raise SystemExit("no whisper test model: set MCP_LISTEN_TEST_MODEL")
+def figures(pid: int, settle: float = 1.0) -> dict[str, int]:
+    """Threads, descriptors (every open audio stream shows up as sockets or pipes) and memory in kB,
+    after a short idle pause so threads that are finishing have finished."""
+    time.sleep(settle)
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {"threads": len(os.listdir(f"/proc/{pid}/task")), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            **{k: int(status[k].split()[0]) for k in ("VmRSS", "VmHWM")}}  # fmt: skip
 
 
-def proc_figures(pid: int) -> dict[str, int]:
-    figures = {"threads": len(os.listdir(f"/proc/{pid}/task")), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
-    return {**figures, **proc_memory_kb(pid)}
+def phase(server: TimedServer, name: str, calls: int, args: dict[str, Any], every: int, out: dict) -> list[dict]:
+    """`calls` calls of one tool; figures at the warm-up and the end, RSS every `every` calls."""
+    results = []
+    for n in range(calls):
+        if n == min(WARM[name], calls - 1):
+            out[f"{name}_warm"] = figures(server.proc.pid)
+        if n % every == 0:
+            out["rss_trace_kb"].append(figures(server.proc.pid, 0)["VmRSS"])
+        tool = "capture_audio" if name == "capture" else "voice_query"
+        results.append(server.timed_call("tools/call", {"name": tool, "arguments": args}, 60)[1]["result"])
+    out[f"{name}_end"] = figures(server.proc.pid)
+    return results
 
 
-class Player(threading.Thread):
-    """Plays speech into the microphone without a gap until stopped."""
+def soak(captures: int, queries: int) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="mcp-listen-soak-"))
+    rig, points = Rig(TEST_MODEL.parent, work, threads=0), {"rss_trace_kb": []}
+    stopping = threading.Event()
 
-    def __init__(self, mic: VirtualMic, clip: Path) -> None:
-        super().__init__(daemon=True)
-        self.mic, self.clip, self.stopping = mic, clip, threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            proc = self.mic.play(self.clip, block=False)
-            while proc.poll() is None:
-                if self.stopping.wait(0.05):
-                    proc.kill()
+    def play() -> None:  # speech into the microphone without a gap until stopped
+        while not stopping.is_set():
+            proc = rig.mic.play(A.speech(STORY), block=False)
+            while proc.poll() is None and not stopping.wait(0.05):
+                pass
+            proc.kill()
             proc.wait()
 
-
-def call(server: RawServer, name: str, args: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-    request = tool_call(server, name, args)
-    server.send(request)
-    return server.wait_for(request["id"], timeout)["result"]
-
-
-def settle(pid: int, seconds: float = 1.0) -> dict[str, int]:
-    """Figures after a short idle pause, so threads that are finishing have finished."""
-    time.sleep(seconds)
-    return proc_figures(pid)
-
-
-def run(captures: int, queries: int, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    model = model_path()
-    rec_dir = Path(tempfile.mkdtemp(prefix="mcp-listen-soak-")) / "recordings"
-    clip = A.speech(STORY)
-    figures: dict[str, Any] = {"captures": captures, "queries": queries}
-    with VirtualMic() as mic, FakeOllama(reply="a short reply") as ollama:
-        env = server_env(
-            mic.env,
-            MCP_LISTEN_RECORDINGS_DIR=str(rec_dir),
-            OLLAMA_HOST=ollama.url,
-            MCP_LISTEN_LOG_LEVEL="WARNING",
-            **(extra_env or {}),
-        )
-        with RawServer(env) as server:
-            server.initialize()
-            pid = server.proc.pid
-            started = time.monotonic()
-            reported: set[str] = set()
-            failures: list[str] = []
-            points: dict[str, dict[str, int]] = {}
-            trace: list[int] = []
-            for n in range(captures):
-                if n == min(WARM_CAPTURES, captures - 1):
-                    points["capture_warm"] = settle(pid)
-                if n % 20 == 0:
-                    trace.append(proc_figures(pid)["VmRSS"])
-                result = call(server, "capture_audio", {"duration_ms": 100})
-                if result.get("isError"):
-                    failures.append(result["content"][0]["text"])
-                else:
-                    reported.add(Path(result["structuredContent"]["path"]).name)
-            figures["captures_ok"] = captures - len(failures)
-            figures["capture_seconds"] = round(time.monotonic() - started, 1)
-            points["capture_end"] = settle(pid)
-            player = Player(mic, clip)
-            player.start()
-            answered, began = 0, time.monotonic()
-            try:
-                for n in range(queries):
-                    if n == min(WARM_QUERIES, queries - 1):
-                        points["query_warm"] = settle(pid)
-                    if n % 10 == 0:
-                        trace.append(proc_figures(pid)["VmRSS"])
-                    result = call(
-                        server,
-                        "voice_query",
-                        {"duration_ms": 1000, "stop_on_silence": False, "whisper_model": str(model)},
-                    )
-                    if result.get("isError"):
-                        failures.append(result["content"][0]["text"])
-                    elif result["structuredContent"].get("response"):
-                        answered += 1
-            finally:
-                player.stopping.set()
-                player.join()
-            figures["query_seconds"] = round(time.monotonic() - began, 1)
-            figures["queries_answered"] = answered
-            figures["ollama_requests"] = sum(1 for _, p in ollama.paths if p == "/api/chat")
-            points["end"] = settle(pid)
-            server.close_stdin()
-            figures["exit_code"] = server.wait_exit(10)
-        figures.update(_growth(points), rss_trace_kb=trace, failures=failures[:5])
-    files = set(os.listdir(rec_dir)) if rec_dir.exists() else set()
-    figures["leftover_files"] = sorted(files - reported)
-    figures["unreported_files"] = sorted(reported - files)
-    for name in files:
-        (rec_dir / name).unlink()
-    return figures
-
-
-def _growth(points: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """Growth during the capture phase and during the query phase, each after its own warm-up
-    (the whisper model, ~80 MB for tiny.en, is loaded during the first queries)."""
-    cw, ce, qw, end = points["capture_warm"], points["capture_end"], points["query_warm"], points["end"]
-    return {
-        "rss_capture_warm_kb": cw["VmRSS"],
-        "rss_capture_growth_kb": ce["VmRSS"] - cw["VmRSS"],
-        "rss_query_warm_kb": qw["VmRSS"],
-        "rss_query_growth_kb": end["VmRSS"] - qw["VmRSS"],
-        "rss_end_kb": end["VmRSS"],
-        "rss_peak_kb": end["VmHWM"],
-        "threads": [cw["threads"], ce["threads"], qw["threads"], end["threads"]],
-        "fds": [cw["fds"], ce["fds"], qw["fds"], end["fds"]],
-    }
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--captures", type=int, default=200)
-    parser.add_argument("--queries", type=int, default=50)
-    parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
-    parser.add_argument(
-        "--server-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="extra environment for the server, e.g. MALLOC_ARENA_MAX=2",
-    )
-    opts = parser.parse_args()
-    figures = run(opts.captures, opts.queries, dict(item.split("=", 1) for item in opts.server_env))
-    for key, value in figures.items():
-        print(f"{key:>18}: {value}")
-    if opts.json:
-        opts.json.write_text(json.dumps(figures, indent=2))
-    return 0
+    try:
+        server = rig.server()
+        done = phase(server, "capture", captures, {"duration_ms": 100}, 20, points)
+        player = threading.Thread(target=play, daemon=True)
+        player.start()
+        try:
+            args = {"duration_ms": 1000, "stop_on_silence": False, "whisper_model": str(TEST_MODEL)}
+            answered = phase(server, "query", queries, args, 10, points)
+        finally:
+            stopping.set()
+            player.join()
+        server.close_stdin()
+        exit_code = server.wait_exit(10)
+        ollama_requests = sum(1 for _, p in rig.ollama.paths if p == "/api/chat")
+    finally:
+        rig.close()
+        files = set(os.listdir(work / "recordings")) if (work / "recordings").exists() else set()
+        shutil.rmtree(work, ignore_errors=True)
+    failures = [r["content"][0]["text"] for r in done + answered if r.get("isError")]
+    reported = {Path(r["structuredContent"]["path"]).name for r in done if not r.get("isError")}
+    cw, ce, qw, end = (points[k] for k in ("capture_warm", "capture_end", "query_warm", "query_end"))
+    return {"captures": captures, "queries": queries, "captures_ok": sum(not r.get("isError") for r in done),
+            "queries_answered": sum(bool(r.get("structuredContent", {}).get("response")) for r in answered),
+            "ollama_requests": ollama_requests, "exit_code": exit_code, "failures": failures[:5],
+            "leftover_files": sorted(files - reported), "unreported_files": sorted(reported - files),
+            "rss_capture_warm_kb": cw["VmRSS"], "rss_capture_growth_kb": ce["VmRSS"] - cw["VmRSS"],
+            "rss_query_warm_kb": qw["VmRSS"], "rss_query_growth_kb": end["VmRSS"] - qw["VmRSS"],
+            "rss_end_kb": end["VmRSS"], "rss_peak_kb": end["VmHWM"], "rss_trace_kb": points["rss_trace_kb"],
+            "threads": [p["threads"] for p in (cw, ce, qw, end)], "fds": [p["fds"] for p in (cw, ce, qw, end)]}  # fmt: skip
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    opts = cli(__doc__, None, ("--captures", 200, "capture_audio calls"), ("--queries", 50, "voice_query calls"),
+               ("--json", None, "also write the figures here"))  # fmt: skip
+    result = soak(opts.captures, opts.queries)
+    print("\n".join(f"{key:>22}: {value}" for key, value in result.items()))
+    if opts.json:
+        save_report(result, opts.json)

@@ -1,8 +1,9 @@
-"""Startup: spawn -> `initialize` reply, mcp-listen next to the SDK's bare servers, and what loads.
+"""Startup: spawn -> `initialize` reply, mcp-listen next to the MCP SDK's bare servers with no tools,
+and what mcp-listen imports before its first reply.
 
-The three servers are spawned in turn (interleaved, so a change in machine load hits all
-of them alike). The initialize request is written as soon as the process exists: the
-time measured is the whole cold start a client sees (interpreter, imports, handshake).
+The servers are spawned in turn (interleaved, so a change in machine load hits all alike), and the
+initialize request is written as soon as the process exists: the time is the whole cold start a
+client sees (interpreter, imports, handshake).
 """
 
 from __future__ import annotations
@@ -16,41 +17,26 @@ from pathlib import Path
 
 from stats import summary
 
-PY = sys.executable
-BENCH = Path(__file__).resolve().parent
-COMMANDS = {
-    "mcp_listen": [PY, "-m", "mcp_listen"],
-    "bare_lowlevel": [PY, str(BENCH / "bare_server.py"), "lowlevel"],
-    "bare_mcpserver": [PY, str(BENCH / "bare_server.py"), "mcpserver"],
+BARE = {
+    "bare_lowlevel": "import anyio\nfrom mcp.server.lowlevel import Server\nfrom mcp.server.stdio import stdio_server\n"
+    "async def main():\n    server = Server('bare')\n    async with stdio_server() as (r, w):\n"
+    "        await server.run(r, w, server.create_initialization_options())\nanyio.run(main)",
+    "bare_mcpserver": "from mcp.server import MCPServer\nMCPServer('bare').run()",
 }
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "0"},
-    },
-}
-HEAVY = (
-    "numpy",
-    "onnxruntime",
-    "sounddevice",
-    "pywhispercpp",
-    "_pywhispercpp",
-    "ollama",
-    "httpx",
-    "soxr",
-)
+"""The SDK's mcp.server.lowlevel.Server and its MCPServer (the former FastMCP), each with no tools."""
+COMMANDS = {"mcp_listen": ["-m", "mcp_listen"], **{name: ["-c", code] for name, code in BARE.items()}}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}  # fmt: skip
+HEAVY = ("numpy", "onnxruntime", "sounddevice", "pywhispercpp", "_pywhispercpp", "ollama", "httpx", "soxr")
 """Must not be imported before the first request (httpx2, the SDK's own HTTP stack, is the SDK's)."""
 
 
-def time_initialize(cmd: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
+def time_initialize(args: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
     """Seconds from spawn to the initialize reply's arrival."""
     err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     began = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=dict(env))
+    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                            env=dict(env))  # fmt: skip
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(INIT).encode() + b"\n")
@@ -58,7 +44,7 @@ def time_initialize(cmd: list[str], env: Mapping[str, str], stderr_path: Path | 
         line = proc.stdout.readline()
         elapsed = time.monotonic() - began
         if b'"result"' not in line:
-            raise RuntimeError(f"{cmd} did not answer initialize: {line[:200]!r}")
+            raise RuntimeError(f"{args[:2]} did not answer initialize: {line[:200]!r}")
         proc.stdin.close()
         proc.wait(timeout=10)
         return elapsed
@@ -71,50 +57,34 @@ def time_initialize(cmd: list[str], env: Mapping[str, str], stderr_path: Path | 
 
 
 def measure(env: Mapping[str, str], runs: int) -> dict:
-    """Interleaved spawn timings; the ratio of medians is the figure."""
+    """Interleaved spawn timings after one unmeasured round (page cache, .pyc); the ratio of medians."""
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for cmd in COMMANDS.values():  # warm the page cache and .pyc files; not counted
-        time_initialize(cmd, env)
-    for _ in range(runs):
-        for name, cmd in COMMANDS.items():
-            times[name].append(time_initialize(cmd, env) * 1000)
-    out = {name: summary(values) for name, values in times.items()}
-    listen = out["mcp_listen"]["median"]
-    out["ratio_vs_lowlevel"] = round(listen / out["bare_lowlevel"]["median"], 3)
-    out["ratio_vs_mcpserver"] = round(listen / out["bare_mcpserver"]["median"], 3)
+    for r in range(runs + 1):
+        for name, args in COMMANDS.items():
+            elapsed = time_initialize(args, env) * 1000
+            if r:
+                times[name].append(elapsed)
+    out: dict = {name: summary(values) for name, values in times.items()}
+    out["ratio_vs_lowlevel"] = round(out["mcp_listen"]["median"] / out["bare_lowlevel"]["median"], 3)
+    out["ratio_vs_mcpserver"] = round(out["mcp_listen"]["median"] / out["bare_mcpserver"]["median"], 3)
     return out
 
 
-def _imports(stderr_text: str) -> dict[str, tuple[int, int]]:
-    """module -> (self us, cumulative us) from `python -X importtime` output."""
-    mods: dict[str, tuple[int, int]] = {}
-    for line in stderr_text.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        parts = line[len("import time:") :].split("|")
-        if len(parts) == 3:
-            mods[parts[2].strip()] = (int(parts[0]), int(parts[1]))
-    return mods
-
-
 def import_check(env: Mapping[str, str], workdir: Path) -> dict:
-    """What `python -X importtime -m mcp_listen` imports up to its first reply, versus the bare server."""
-    found = {}
+    """What `python -X importtime -m mcp_listen` imports up to its first reply, beside the bare server."""
+    found: dict[str, dict[str, int]] = {}
     for name in ("mcp_listen", "bare_lowlevel"):
-        cmd = [PY, "-X", "importtime", *COMMANDS[name][1:]]
         log = workdir / f"importtime-{name}.txt"
-        time_initialize(cmd, env, stderr_path=log)
-        found[name] = _imports(log.read_text(errors="replace"))
+        time_initialize(["-X", "importtime", *COMMANDS[name]], env, stderr_path=log)
+        found[name] = {}
+        for line in log.read_text(errors="replace").splitlines():  # "import time: self | cumulative | name"
+            parts = line.removeprefix("import time:").split("|")
+            if line.startswith("import time:") and "cumulative" not in line and len(parts) == 3:
+                found[name][parts[2].strip()] = int(parts[0])
     listen, bare = found["mcp_listen"], found["bare_lowlevel"]
     heavy = sorted(m for m in listen if m.split(".")[0] in HEAVY)
-    extra = {m: v for m, v in listen.items() if m not in bare}
-    top_extra = sorted(extra.items(), key=lambda kv: -kv[1][0])[:12]
-    return {
-        "heavy_modules_imported": heavy,
-        "ok": not heavy,
-        "modules": len(listen),
-        "modules_bare": len(bare),
-        "extra_modules": len(extra),
-        "extra_self_ms": round(sum(v[0] for v in extra.values()) / 1000, 1),
-        "top_extra_self_ms": {m: round(v[0] / 1000, 1) for m, v in top_extra},
-    }
+    extra = {m: us for m, us in listen.items() if m not in bare}
+    top = sorted(extra.items(), key=lambda kv: -kv[1])[:12]
+    return {"heavy_modules_imported": heavy, "ok": not heavy, "modules": len(listen), "modules_bare": len(bare),
+            "extra_modules": len(extra), "extra_self_ms": round(sum(extra.values()) / 1000, 1),
+            "top_extra_self_ms": {m: round(us / 1000, 1) for m, us in top}}  # fmt: skip
