@@ -14,14 +14,22 @@ from mcp_listen.audio.levels import level_db
 from mcp_listen.audio.wavfile import UserFile
 from mcp_listen.config import Settings
 from mcp_listen.contract import arguments
-from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND, PARTIAL_PREFIX, SAMPLE_RATE, SAMPLE_RATE_KHZ
-from mcp_listen.contract.results import wire
+from mcp_listen.contract.limits import (
+    DEFAULT_DEVICE_KIND,
+    HOLDING_MESSAGE,
+    PARTIAL_PREFIX,
+    RESUMED_MESSAGE,
+    SAMPLE_RATE,
+    SAMPLE_RATE_KHZ,
+)
+from mcp_listen.contract.results import Conversed, wire
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, InvalidArgument, ListenError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
 WHISPER_FIELDS = ("whisper_model", "language", "translate")
+TURN_FIELDS = ("end_of_turn", "max_pause_ms")
 
 
 def tool_args(opts: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
@@ -93,13 +101,13 @@ def capture(opts: argparse.Namespace, settings: Settings) -> int:
 
 
 def listen(opts: argparse.Namespace, settings: Settings) -> int:
-    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS)
+    fields = (*RECORDING_FIELDS, *TURN_FIELDS, *WHISPER_FIELDS)
     args = arguments.parse_args(arguments.TranscribeArgs, tool_args(opts, fields))
     return _voice_command(lambda say: Engine(settings).transcribe_voice(args, progress=say))
 
 
 def query(opts: argparse.Namespace, settings: Settings) -> int:
-    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "model", "prompt")
+    fields = (*RECORDING_FIELDS, *TURN_FIELDS, *WHISPER_FIELDS, "model", "prompt")
     args = arguments.parse_args(arguments.VoiceQueryArgs, tool_args(opts, fields))
     return _voice_command(lambda say: Engine(settings).voice_query(args, progress=say))
 
@@ -111,20 +119,34 @@ def converse(opts: argparse.Namespace, settings: Settings) -> int:
 
     if not available():
         raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
-    fields = (*RECORDING_FIELDS, "end_of_turn", *WHISPER_FIELDS, "text", "voice", "speed", "output_device", "barge_in")
+    fields = (*RECORDING_FIELDS, *TURN_FIELDS, *WHISPER_FIELDS, "text", "voice", "speed", "output_device", "barge_in")
     args = arguments.parse_args(arguments.ConverseArgs, tool_args(opts, fields))
 
     def turn(say: _Say) -> Any:
         result = Engine(settings).converse(args, progress=say)
-        if result.cut_in_after_s is not None:
-            say(0, None, f"(the speech stopped {result.cut_in_after_s * 1000:.0f} ms in: you spoke over it)")
-        elif result.spoken.played_ms is not None:
-            say(0, None, "(the speech played to its end: nobody spoke over it)")
-        if result.listening_after_s is not None:
-            say(0, None, f"(listening began {result.listening_after_s * 1000:.0f} ms after the speech ended)")
+        for line in turn_lines(result, words=say.live):
+            say(0, None, line)
         return result
 
     return _voice_command(turn)
+
+
+def turn_lines(result: Conversed, *, words: bool) -> list[str]:
+    """What `converse` says on stderr once the turn is over (the engine's progress said when the user cut
+    in, as it happened): that they did and, with `words` (a terminal), what was heard; or that the speech
+    played out; how soon listening began after it; and why barge-in did not run (its warning)."""
+    lines = []
+    heard = result.answer.text
+    if result.cut_in_after_s is not None:
+        said = f': heard "{heard}"' if words and heard else ""
+        lines.append(f"(you spoke over the speech {result.cut_in_after_s * 1000:.0f} ms in{said})")
+    elif result.spoken.played_ms is not None:
+        lines.append("(the speech played to its end: nobody spoke over it)")
+    if result.listening_after_s is not None:
+        lines.append(f"(listening began {result.listening_after_s * 1000:.0f} ms after the speech ended)")
+    if result.answer.warning:
+        lines.append(f"({result.answer.warning})")
+    return lines
 
 
 def _voice_command(run: Callable[[_Say], Any]) -> int:
@@ -267,25 +289,44 @@ def _read_wav(path: Any) -> Any:
     return np.frombuffer(data, dtype="<i2")
 
 
+HOLDING_MARK = "holding: mid-sentence"
+"""Shown after the words on the live line while end_of_turn smart holds a pause past silence_ms."""
+
+
+def live_line(words: str, holding: bool, width: int) -> str:
+    """The live line: the latest words that fit in `width` characters, then the holding mark while a
+    pause is held (it always shows whole, the words give way)."""
+    mark = f"  ({HOLDING_MARK})" if holding else ""
+    room = max(1, width - len(mark))
+    words = words if len(words) <= room else "…" + words[-(room - 1) :]
+    return (words + mark).lstrip()
+
+
 class _Say:
     """Progress on stderr. On a terminal the words heard so far are one live line, rewritten as
-    they come, and each phase is shown once (not "Listening" each second); piped to a file or a
-    log, each phase is a plain line and the words are left out (the result holds them)."""
+    they come, with "holding: mid-sentence" after them while smart holds a pause, and each phase is
+    shown once (not "Listening" each second); piped to a file or a log, each phase is a plain line
+    and the words are left out (the result holds them)."""
 
     def __init__(self) -> None:
         self.live = sys.stderr.isatty()
         self._words_shown = False
         self._shown: set[str] = set()
+        self._words = ""
+        self._holding = False
 
     def __call__(self, done: float, total: float | None, message: str) -> None:
+        if self.live and (message.startswith(PARTIAL_PREFIX) or message in (HOLDING_MESSAGE, RESUMED_MESSAGE)):
+            if message.startswith(PARTIAL_PREFIX):
+                self._words = message[len(PARTIAL_PREFIX) :]
+            else:
+                self._holding = message == HOLDING_MESSAGE
+            width = max(20, shutil.get_terminal_size().columns - 1)
+            sys.stderr.write(f"\r\033[K{live_line(self._words, self._holding, width)}")
+            sys.stderr.flush()
+            self._words_shown = True
+            return
         if message.startswith(PARTIAL_PREFIX):
-            if self.live:
-                width = max(20, shutil.get_terminal_size().columns - 1)
-                words = message[len(PARTIAL_PREFIX) :]
-                words = words if len(words) <= width else "…" + words[-(width - 1) :]
-                sys.stderr.write(f"\r\033[K{words}")
-                sys.stderr.flush()
-                self._words_shown = True
             return
         if self.live and message in self._shown:
             return
@@ -295,6 +336,7 @@ class _Say:
 
     def close(self) -> None:
         """End the live line of words (they stay on screen) before anything else is printed."""
+        self._holding = False
         if self._words_shown:
             sys.stderr.write("\n")
             sys.stderr.flush()

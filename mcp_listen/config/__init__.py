@@ -70,7 +70,8 @@ class Settings:
 
     defaults: limits.Defaults = limits.Defaults()
     """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,
-    MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS, MCP_LISTEN_VOICE): set once in the
+    MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS, MCP_LISTEN_END_OF_TURN,
+    MCP_LISTEN_MAX_PAUSE_MS, MCP_LISTEN_VOICE): set once in the
     client's config instead of in every call."""
 
     problems: tuple[str, ...] = ()
@@ -133,6 +134,7 @@ _DEFAULTS = {
     "prompt": ("MCP_LISTEN_SYSTEM_PROMPT", values.length(limits.MAX_PROMPT_CHARS), "a system prompt"),
     "silence_ms": ("MCP_LISTEN_SILENCE_MS", values.silence_ms, limits.ACCEPTED["silence_ms"]),
     "end_of_turn": ("MCP_LISTEN_END_OF_TURN", values.end_of_turn, limits.ACCEPTED["end_of_turn"]),
+    "max_pause_ms": ("MCP_LISTEN_MAX_PAUSE_MS", values.max_pause_ms, limits.ACCEPTED["max_pause_ms"]),
     "voice": ("MCP_LISTEN_VOICE", values.name(limits.MAX_VOICE_CHARS), "a Piper voice name, file name or path"),
     "barge_in": ("MCP_LISTEN_BARGE_IN", values.boolean, limits.ACCEPTED["barge_in"]),
 }
@@ -148,9 +150,18 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     found = _read_all(env, _SETTINGS, problems)
     found.update({k: v for k, v in overrides.items() if v is not None})
     defaults = limits.Defaults(**_read_all(env, _DEFAULTS, problems))  # type: ignore[arg-type]
+    if defaults.max_pause_ms < defaults.silence_ms:
+        problems.append(_PAUSE_UNDER_SILENCE)
+        defaults = replace(defaults, max_pause_ms=max(limits.DEFAULT_MAX_PAUSE_MS, defaults.silence_ms))
     settings = Settings(**found, defaults=defaults)  # type: ignore[arg-type]
     problems += _derived_folder_problems(settings)
     return replace(settings, problems=tuple(problems))
+
+
+_PAUSE_UNDER_SILENCE = (
+    "MCP_LISTEN_MAX_PAUSE_MS is shorter than MCP_LISTEN_SILENCE_MS: the longest pause end_of_turn smart holds "
+    "must be at least the silence that ends a turn. Raise MCP_LISTEN_MAX_PAUSE_MS or lower MCP_LISTEN_SILENCE_MS."
+)
 
 
 _DERIVED_FOLDERS = {

@@ -119,6 +119,10 @@ def silence_ms(raw: str) -> int:
     return whole(raw, limits.MIN_SILENCE_MS, limits.MAX_SILENCE_MS)
 
 
+def max_pause_ms(raw: str) -> int:
+    return whole(raw, limits.MIN_MAX_PAUSE_MS, limits.MAX_MAX_PAUSE_MS)
+
+
 def boolean(raw: str) -> bool:
     if raw.strip().lower() not in ("true", "false"):
         raise ValueError(raw)

@@ -33,6 +33,7 @@ from mcp_listen.contract.limits import (
     MAX_DICTATION_MS,
     MAX_DURATION_MS,
     MAX_LLM_MODEL_CHARS,
+    MAX_MAX_PAUSE_MS,
     MAX_PROMPT_CHARS,
     MAX_SILENCE_MS,
     MAX_SPEAK_CHARS,
@@ -41,6 +42,7 @@ from mcp_listen.contract.limits import (
     MAX_WHISPER_MODEL_CHARS,
     MAX_WORD_CHARS,
     MIN_DURATION_MS,
+    MIN_MAX_PAUSE_MS,
     MIN_SILENCE_MS,
     MIN_SPEED,
     Defaults,
@@ -98,6 +100,7 @@ _WHOLE = BeforeValidator(_integral_float_to_int)
 DurationMs = Annotated[int, Field(strict=True, ge=MIN_DURATION_MS, le=MAX_DURATION_MS), _WHOLE]
 DictationMs = Annotated[int, Field(strict=True, ge=MIN_DURATION_MS, le=MAX_DICTATION_MS), _WHOLE]
 SilenceMs = Annotated[int, Field(strict=True, ge=MIN_SILENCE_MS, le=MAX_SILENCE_MS), _WHOLE]
+MaxPauseMs = Annotated[int, Field(strict=True, ge=MIN_MAX_PAUSE_MS, le=MAX_MAX_PAUSE_MS), _WHOLE]
 DeviceIndex = Annotated[int, Field(strict=True, ge=0), _WHOLE]
 DeviceRef = Union[DeviceIndex, Annotated[StrictStr, Field(min_length=1, max_length=MAX_DEVICE_CHARS)]]
 _NAME = AfterValidator(_no_control_characters)
@@ -177,9 +180,15 @@ class TranscribeArgs(ToolArgs):
     end_of_turn: Optional[Literal["silence", "smart"]] = Field(
         default=None,
         description='When the user\'s turn ends: "silence" after silence_ms of silence; "smart" waits longer '
-        "(up to {unfinished_silence_factor} x silence_ms) while the words so far sound unfinished (no final "
+        "(up to max_pause_ms after the last word) while the words so far sound unfinished (no final "
         'punctuation, or a trailing "and", "the", "um"...), so a thinking pause does not cut the user off. '
-        "Default {end_of_turn}. Requires stop_on_silence: true.",
+        "The result's end_reason says which rule ended it. Default {end_of_turn}. Requires stop_on_silence: true.",
+    )
+    max_pause_ms: Optional[MaxPauseMs] = Field(
+        default=None,
+        description='With end_of_turn "smart": the longest pause after the last word that still holds the turn '
+        "while the words sound unfinished; then it ends (end_reason max_pause). {min_max_pause_ms}-"
+        "{max_max_pause_ms}, at least silence_ms, default {max_pause_ms}. Requires stop_on_silence: true.",
     )
     whisper_model: WhisperModelName = Field(
         default=None,
@@ -299,14 +308,17 @@ def parse_args(model: type[ToolArgs], arguments: dict[str, Any] | None) -> Any:
 
 
 def check_silence_requires_stop(args: Any, raw: dict[str, Any]) -> None:
-    """A silence_ms or end_of_turn that cannot take effect is a mistake, rejected like an unknown argument."""
+    """A silence_ms, end_of_turn or max_pause_ms that cannot take effect is a mistake, rejected like an
+    unknown argument. What depends on the configured defaults is checked by speech.listener.Plan."""
     if not hasattr(args, "stop_on_silence"):
         return
     stop = args.stop_on_silence
     stops = stop if stop is not None else isinstance(args, TranscribeArgs)
-    for name in ("silence_ms", "end_of_turn"):
+    for name in ("silence_ms", "end_of_turn", "max_pause_ms"):
         if getattr(args, name, None) is not None and not stops:
             raise InvalidArgument(f"{name} requires stop_on_silence: true")
+    if getattr(args, "max_pause_ms", None) is not None and getattr(args, "end_of_turn", None) == "silence":
+        raise InvalidArgument('max_pause_ms requires end_of_turn: "smart" (with "silence" no pause is held)')
 
 
 def _describe(model: type[ToolArgs], exc: ValidationError, raw: dict[str, Any]) -> str:
@@ -331,6 +343,10 @@ def _show(value: Any) -> str:
     return f"{text} ({names.get(kind, kind)})"
 
 
+STATED_DEFAULTS = ("whisper_model", "language", "model", "prompt", "silence_ms", "end_of_turn", "max_pause_ms", "voice")
+"""The arguments whose schema states a `default`: the ones the user can set (MCP_LISTEN_*)."""
+
+
 def input_schema(model: type[ToolArgs], defaults: Defaults = Defaults()) -> dict[str, Any]:
     """The tool's inputSchema, its descriptions and `default`s stating the effective defaults."""
     schema = model.model_json_schema()
@@ -341,7 +357,7 @@ def input_schema(model: type[ToolArgs], defaults: Defaults = Defaults()) -> dict
     for name, prop in schema.get("properties", {}).items():
         if "description" in prop:
             prop["description"] = prop["description"].format_map(words)
-        if name in ("whisper_model", "language", "model", "prompt", "silence_ms", "end_of_turn", "voice"):
+        if name in STATED_DEFAULTS:
             prop["default"] = words[name]
         else:
             prop.pop("default", None)

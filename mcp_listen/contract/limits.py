@@ -37,9 +37,16 @@ DEFAULT_SILENCE_MS = 1000
 END_OF_TURN_MODES = ("silence", "smart")
 """silence: the turn ends after silence_ms of silence; smart: later while the words sound unfinished."""
 DEFAULT_END_OF_TURN = "silence"
-UNFINISHED_SILENCE_FACTOR = 2.5
-"""With end_of_turn "smart", a pause after words that sound unfinished ends the turn only after this
-many times silence_ms (capped by duration_ms)."""
+"""transcribe_voice's, voice_query's and converse's end_of_turn (MCP_LISTEN_END_OF_TURN); capture_audio
+always ends on silence."""
+MIN_MAX_PAUSE_MS, MAX_MAX_PAUSE_MS = MIN_SILENCE_MS, 30000
+DEFAULT_MAX_PAUSE_MS = 3000
+"""With end_of_turn "smart", the longest pause after the last word that holds the turn while the words
+sound unfinished: then it ends (end_reason max_pause). Never less than silence_ms (the larger one holds)."""
+END_REASONS = ("silence", "complete", "max_pause", "duration", "cancelled")
+"""Why a turn ended: silence_ms of silence (end_of_turn silence, or smart with nothing to judge the
+words by); smart judged the words finished (complete) or held until max_pause_ms ran out; duration_ms;
+the caller cancelled."""
 DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
 DEFAULT_LANGUAGE = "en"
 DEFAULT_LLM_MODEL = "llama3.2"
@@ -68,6 +75,11 @@ PARTIAL_TEXT_CHARS = 200
 """The transcript so far in a progress message holds at most this many characters (its end)."""
 PARTIAL_PREFIX = "Partial transcript: "
 """How a progress message carrying the words heard so far begins: a client can tell it from the phases."""
+HOLDING_MESSAGE = "Holding: mid-sentence"
+"""The progress message once a pause passes silence_ms and end_of_turn smart holds the turn (the words
+sound unfinished): the CLI's live line shows it while the user thinks."""
+RESUMED_MESSAGE = "Speech resumed"
+"""The progress message when the user speaks again in a pause that was held."""
 
 
 def partial_message(text: str) -> str:
@@ -95,6 +107,7 @@ class Defaults:
     prompt: str = DEFAULT_PROMPT
     silence_ms: int = DEFAULT_SILENCE_MS
     end_of_turn: str = DEFAULT_END_OF_TURN
+    max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     voice: str = DEFAULT_VOICE
     barge_in: bool = False
 
@@ -113,6 +126,7 @@ ACCEPTED = {
     "kind": 'one of "input" (microphones, the default), "output" (speakers) or "all"',
     "end_of_turn": 'one of "silence" (the turn ends after silence_ms) or "smart" (later when the words sound '
     "unfinished)",
+    "max_pause_ms": f"an integer from {MIN_MAX_PAUSE_MS} to {MAX_MAX_PAUSE_MS} (milliseconds), at least silence_ms",
     "translate": "a boolean",
     "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
     "characters, no control characters; empty means the default)",
@@ -144,7 +158,8 @@ CONSTANTS = {
     "listen_duration_ms": LISTEN_DURATION_MS,
     "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
     "max_prompt_chars": MAX_PROMPT_CHARS,
-    "unfinished_silence_factor": f"{UNFINISHED_SILENCE_FACTOR:g}",
+    "min_max_pause_ms": MIN_MAX_PAUSE_MS,
+    "max_max_pause_ms": MAX_MAX_PAUSE_MS,
     "max_speak_chars": MAX_SPEAK_CHARS,
     "min_speed": f"{MIN_SPEED:g}",
     "max_speed": f"{MAX_SPEED:g}",

@@ -88,6 +88,9 @@ class Captured:
     speech_detected: bool | None = None
     warning: str | None = None
     """Set (DIGITAL_SILENCE_WARNING) when the microphone delivered only zeros: a result says so."""
+    end_reason: str | None = None
+    """Why the turn ended (limits.END_REASONS); on the wire only with stopped_by, and not after the
+    no-speech timeout (None: nobody spoke)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ class Transcribed:
     """Why the recording ended; None for a fixed length (stop_on_silence false)."""
     warning: str | None = None
     """Set (DIGITAL_SILENCE_WARNING) when the microphone delivered only zeros."""
+    end_reason: str | None = None
+    """Why the user's turn ended (limits.END_REASONS); None when nobody spoke before the no-speech timeout."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,8 @@ class DevicesResult(ToolResult):
 
 
 StoppedBy = Literal["silence", "ceiling", "no_speech_timeout"]
+EndReason = Literal[limits.END_REASONS]  # type: ignore[valid-type]
+"""Why the user's turn ended: silence, complete, max_pause, duration or cancelled (docs/tools.md)."""
 
 
 class CaptureResult(ToolResult):
@@ -225,6 +232,8 @@ class CaptureResult(ToolResult):
     size_bytes: int
     stopped_by: Optional[StoppedBy] = None
     speech_detected: Optional[bool] = None
+    end_reason: Optional[EndReason] = None
+    """With stop_on_silence, beside stopped_by: silence or duration (absent after the no-speech timeout)."""
     warning: Optional[str] = None
 
 
@@ -234,6 +243,9 @@ class TranscribeResult(ToolResult):
     duration_ms: Optional[int] = None
     language: Optional[str] = None
     speech_detected: Optional[bool] = None
+    end_reason: Optional[EndReason] = None
+    """Why the user's turn ended: silence, complete (end_of_turn smart judged the words finished), max_pause
+    (smart held the pause until max_pause_ms), duration; absent when nobody spoke before the no-speech timeout."""
     message: Optional[str] = None
     warning: Optional[str] = None
 
@@ -244,6 +256,8 @@ class VoiceQueryResult(ToolResult):
     model: Optional[str] = None
     speech_detected: Optional[bool] = None
     stopped_by: Optional[StoppedBy] = None
+    end_reason: Optional[EndReason] = None
+    """As transcribe_voice's, for the question."""
     message: Optional[str] = None
     warning: Optional[str] = None
 
@@ -318,10 +332,10 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken |
         fields["language"] = result.language
         if result.text is None:
             fields.update(_silence(result))
-        return TranscribeResult(**fields, **_warning(result.warning)).public()
+        return TranscribeResult(**fields, **_end_reason(result.end_reason), **_warning(result.warning)).public()
     if isinstance(result, Answered):
         question = result.question
-        warning = _warning(question.warning)
+        warning = {**_end_reason(question.end_reason), **_warning(question.warning)}
         if question.text is None:
             return VoiceQueryResult(transcription=None, response=None, **_silence(question), **warning).public()
         answer: dict[str, Any] = dict(transcription=question.text, response=result.response, model=result.model)
@@ -344,12 +358,19 @@ def _captured(result: Captured) -> dict[str, Any]:
     fields = {name: getattr(result, name) for name in ("path", "duration_ms", "sample_rate", "channels", "size_bytes")}
     if result.stopped_by is not None:
         fields.update(stopped_by=result.stopped_by, speech_detected=result.speech_detected)
+        fields.update(_end_reason(result.end_reason))
     return CaptureResult(**fields, **_warning(result.warning)).public()
 
 
 def _spoken(spoken: Spoken) -> dict[str, Any]:
     """Spoken's fields; `played_ms` and `warning` only when set (barge_in)."""
     return {k: v for k, v in vars(spoken).items() if v is not None or k not in ("played_ms", "warning")}
+
+
+def _end_reason(reason: str | None) -> dict[str, Any]:
+    """`end_reason` only when there was a turn to end: after the no-speech timeout the result is the
+    Node edition's exactly."""
+    return {} if reason is None else {"end_reason": reason}
 
 
 def _warning(warning: str | None) -> dict[str, Any]:

@@ -158,6 +158,7 @@ class Engine:
             stopped_by=heard.recording.stopped_by if endpointed else None,
             speech_detected=bool(heard.speech_detected) if endpointed else None,
             warning=heard.warning,
+            end_reason=heard.end_reason if endpointed else None,
         )
 
     def _recordings_folder(self) -> recordings.Folder:
@@ -206,7 +207,9 @@ class Engine:
             def listening() -> None:
                 claim.device, claim.speaking = name, False
                 if progress:
-                    progress(0, plan.max_ms, f"Listening on {name} (up to {plan.max_ms / 1000:g} s)")
+                    cut_in = speech_first.cut_in_after_s if speech_first is not None else None
+                    said = "" if cut_in is None else f"The user spoke over the speech {cut_in:.1f} s in: it stopped. "
+                    progress(0, plan.max_ms, f"{said}Listening on {name} (up to {plan.max_ms / 1000:g} s)")
 
             if speech_first is None:
                 listening()
@@ -280,7 +283,8 @@ class Engine:
                 memory.release_in_background()  # whisper's peak is behind us
         stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
         speech = bool(heard.speech_detected)
-        return Transcribed(text, heard.duration_ms, worker.language, speech, stopped_by, heard.warning)
+        language = worker.language
+        return Transcribed(text, heard.duration_ms, language, speech, stopped_by, heard.warning, heard.end_reason)
 
     def transcribe_voice(
         self, args: TranscribeArgs, *, stop: threading.Event | None = None, progress: Progress | None = None

@@ -18,16 +18,19 @@ from mcp_listen.contract.arguments import CaptureArgs, TranscribeArgs
 from mcp_listen.contract.limits import (
     CAPTURE_DURATION_MS,
     DEFAULT_END_OF_TURN,
+    DEFAULT_MAX_PAUSE_MS,
+    HOLDING_MESSAGE,
     LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
+    RESUMED_MESSAGE,
     SAMPLE_RATE,
-    UNFINISHED_SILENCE_FACTOR,
     WINDOW_MS,
     Defaults,
     partial_message,
 )
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
+from mcp_listen.speech.ending import TurnEnding, Verdict, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
 from mcp_listen.speech.turns import sounds_finished
@@ -121,7 +124,9 @@ class Plan:
     silence_ms: int
     device: int | str | None
     end_of_turn: str = DEFAULT_END_OF_TURN
-    """"smart": a pause after words that sound unfinished must be longer (speech/turns.py)."""
+    """"smart": a pause after words that sound unfinished is held (speech/ending.py)."""
+    max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
+    """"smart": the longest pause after the last word that holds the turn."""
 
     @property
     def max_frames(self) -> int:
@@ -131,18 +136,15 @@ class Plan:
     def from_args(cls, args: CaptureArgs | TranscribeArgs, defaults: Defaults, *, stop_default: bool) -> Plan:
         stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
         default_ms = LISTEN_DURATION_MS if stop and stop_default else CAPTURE_DURATION_MS
+        silence_ms = args.silence_ms if args.silence_ms is not None else defaults.silence_ms
         return cls(
             max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
             stop_on_silence=stop,
-            silence_ms=args.silence_ms if args.silence_ms is not None else defaults.silence_ms,
+            silence_ms=silence_ms,
             device=args.device,
             end_of_turn=(getattr(args, "end_of_turn", None) or defaults.end_of_turn) if stop_default else "silence",
+            max_pause_ms=max_pause_ms(getattr(args, "max_pause_ms", None), defaults.max_pause_ms, silence_ms),
         )
-
-    @property
-    def unfinished_silence_ms(self) -> int:
-        """The pause that ends a turn whose words sound unfinished (end_of_turn "smart")."""
-        return min(round(self.silence_ms * UNFINISHED_SILENCE_FACTOR), self.max_ms)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,8 @@ class Heard:
     """Where the speech not yet handed to the phrase worker begins."""
     warning: str | None = None
     """Why the result should not be trusted as "nobody spoke": a dead microphone (digital silence)."""
+    end_reason: str | None = None
+    """Why the turn ended (contract.limits.END_REASONS), None when nobody spoke before the no-speech timeout."""
 
     @property
     def duration_ms(self) -> int:
@@ -260,6 +264,9 @@ class Listener:
             self.vad.reset()
             self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
             self.speech_detected = False
+        self.ending = TurnEnding(plan.end_of_turn, plan.silence_ms, plan.max_pause_ms)
+        self._held = False
+        """The holding message was reported for the pause in progress."""
 
     def on_window(self, window: np.ndarray) -> str | None:
         self.windows += 1
@@ -273,6 +280,7 @@ class Listener:
             reason = endpointer.feed(probability, level)
             speaking = endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events(endpointer)
+            self._note_hold(endpointer, reason)
             if self._cutter is not None and self.phrases is not None:
                 self._keep(window, probability, endpointer, self._cutter, self.phrases)
                 self._detect_language(endpointer, self.phrases)
@@ -285,15 +293,26 @@ class Listener:
         return reason
 
     def _turn_silence_ms(self) -> float:
-        """The pause that ends the turn now: silence_ms, or (end_of_turn "smart") longer until the
-        guess at this pause's words is in and sounds finished (speech/turns.py)."""
+        """The pause that ends the turn now: silence_ms, or (end_of_turn "smart") up to max_pause_ms until
+        the guess at this pause's words is in and sounds finished (speech/ending.py)."""
         plan = self.plan
         if plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
             return plan.silence_ms
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
-        if words is not None and sounds_finished(words, self.phrases.language):
-            return plan.silence_ms
-        return plan.unfinished_silence_ms
+        verdict = None if words is None else Verdict(sounds_finished(words, self.phrases.language), "words")
+        return self.ending.silence_for(verdict)
+
+    def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
+        """Say once per pause when smart holds the turn past silence_ms, and when speech ends the hold
+        (the CLI shows it live)."""
+        message = None
+        if endpointer.silence_ms <= 0:
+            message = RESUMED_MESSAGE if self._held else None
+            self._held = False
+        elif not self._held and reason is None and self.ending.holding(endpointer.silence_ms):
+            self._held, message = True, HOLDING_MESSAGE
+        if message is not None and self.progress:
+            self.progress(self.elapsed_ms, self.plan.max_ms, message)
 
     def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> str | None:
         """The transcript of the words this pause follows, None until it is in: the guess made for the
@@ -417,9 +436,11 @@ class Listener:
 
     def finished(self, recording: Recording) -> Heard:
         """Report the end and return what was heard."""
+        end_reason = self.ending.reason(recording.stopped_by)
         if self.progress:
             seconds = recording.frames / SAMPLE_RATE
-            message = f"Recording finished ({seconds:.1f} s, {recording.stopped_by})"
+            message = f"Recording finished ({seconds:.1f} s, {self.ending.describe(recording.stopped_by)})"
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
         warning = DIGITAL_SILENCE_WARNING if self.dead_microphone else None
-        return Heard(recording, self.speech_detected, self.speech_end_frame, self.phrase_start_frame, warning)
+        start = self.phrase_start_frame
+        return Heard(recording, self.speech_detected, self.speech_end_frame, start, warning, end_reason)

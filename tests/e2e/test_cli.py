@@ -251,7 +251,7 @@ def test_query_runs_the_whole_voice_query_from_a_terminal(env, vmic, ollama, mod
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     result = json.loads(out)
-    assert set(result) == {"transcription", "response", "model"} and result["response"] == "Paris."
+    assert set(result) == {"transcription", "response", "model", "end_reason"} and result["response"] == "Paris."
     assert "capital" in result["transcription"].lower()
     assert "capital" not in err.decode().lower(), "piped, the words so far stay out of stderr"
 

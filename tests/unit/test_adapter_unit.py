@@ -127,6 +127,21 @@ async def test_list_devices_wire_shape():
                 "speech_detected": True,
             },
         ),
+        (
+            Captured(
+                "/r/c.wav", 5000, 16000, 1, 160044, stopped_by="ceiling", speech_detected=True, end_reason="duration"
+            ),
+            {
+                "path": "/r/c.wav",
+                "duration_ms": 5000,
+                "sample_rate": 16000,
+                "channels": 1,
+                "size_bytes": 160044,
+                "stopped_by": "ceiling",
+                "speech_detected": True,
+                "end_reason": "duration",
+            },
+        ),
     ],
 )
 async def test_capture_wire_shape(captured, expected):
@@ -156,6 +171,27 @@ async def test_capture_wire_shape(captured, expected):
             Transcribed(None, 3000, "de", True, None),  # fixed length: stopped_by null, no speech_detected
             {"transcription": None, "stopped_by": None, "duration_ms": 3000, "language": "de", "message": NO_WORDS},
         ),
+        (
+            Transcribed("so I was thinking", 6100, "en", True, "silence", end_reason="max_pause"),
+            {
+                "transcription": "so I was thinking",
+                "stopped_by": "silence",
+                "duration_ms": 6100,
+                "language": "en",
+                "end_reason": "max_pause",
+            },
+        ),
+        (
+            Transcribed(None, 3000, "en", True, None, end_reason="duration"),
+            {
+                "transcription": None,
+                "stopped_by": None,
+                "duration_ms": 3000,
+                "language": "en",
+                "end_reason": "duration",
+                "message": NO_WORDS,
+            },
+        ),
     ],
 )
 async def test_transcribe_wire_shape(heard, expected):
@@ -170,6 +206,10 @@ async def test_transcribe_wire_shape(heard, expected):
         (
             Answered(HEARD, "llama3.2", "Noon."),
             {"transcription": "what time is it", "response": "Noon.", "model": "llama3.2"},
+        ),
+        (
+            Answered(Transcribed("what time is it", 2400, "en", True, "silence", end_reason="complete"), "m", "Noon."),
+            {"transcription": "what time is it", "response": "Noon.", "model": "m", "end_reason": "complete"},
         ),
         (
             Answered(Transcribed(None, 1500, "en", True, "silence"), "llama3.2", None),

@@ -172,6 +172,30 @@ def test_the_words_so_far_are_marked_partial_and_keep_their_latest_200_character
     assert words.endswith("word198 word199") and long.endswith(words[1:])
 
 
+def test_max_pause_ms_is_bounded_needs_a_pause_to_hold_and_states_its_default():
+    assert parse_args(TranscribeArgs, {"max_pause_ms": 4500}).max_pause_ms == 4500
+    assert parse_args(VoiceQueryArgs, {"max_pause_ms": 4500.0}).max_pause_ms == 4500
+    for bad in (99, 30001, "3000", True, 2500.5):
+        with pytest.raises(InvalidArgument, match=r"Invalid max_pause_ms: expected an integer from 100 to 30000"):
+            parse_args(TranscribeArgs, {"max_pause_ms": bad})
+    with pytest.raises(InvalidArgument, match="max_pause_ms requires stop_on_silence: true"):
+        parse_args(TranscribeArgs, {"max_pause_ms": 4000, "stop_on_silence": False})
+    with pytest.raises(InvalidArgument, match='max_pause_ms requires end_of_turn: "smart"'):
+        parse_args(TranscribeArgs, {"max_pause_ms": 4000, "end_of_turn": "silence"})
+    with pytest.raises(InvalidArgument, match="Unknown argument 'max_pause_ms'"):
+        parse_args(CaptureArgs, {"max_pause_ms": 4000})
+    prop = arguments.input_schema(TranscribeArgs, limits.Defaults(max_pause_ms=5000))["properties"]["max_pause_ms"]
+    assert prop["default"] == 5000 and "default 5000" in prop["description"]
+    bounds = prop["anyOf"][0]
+    assert (bounds["minimum"], bounds["maximum"]) == (limits.MIN_MAX_PAUSE_MS, limits.MAX_MAX_PAUSE_MS)
+
+
+def test_end_reason_is_one_of_the_five_in_every_listening_result_schema():
+    for model in (results.CaptureResult, results.TranscribeResult, results.VoiceQueryResult, results.ConverseResult):
+        prop = results.output_schema(model)["properties"]["end_reason"]
+        assert prop["anyOf"][0]["enum"] == ["silence", "complete", "max_pause", "duration", "cancelled"], model
+
+
 def test_end_of_turn_is_silence_or_smart_and_needs_stop_on_silence():
     assert parse_args(TranscribeArgs, {"end_of_turn": "smart"}).end_of_turn == "smart"
     assert parse_args(VoiceQueryArgs, {}).end_of_turn is None  # the default applies (MCP_LISTEN_END_OF_TURN)

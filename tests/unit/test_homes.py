@@ -130,5 +130,7 @@ def test_readme_argument_table_states_the_limits():
     assert f"1–{L.MAX_LLM_MODEL_CHARS} characters" in rows["model"]
     assert f"`{L.DEFAULT_LLM_MODEL}` (`MCP_LISTEN_OLLAMA_MODEL`)" in rows["model"]
     assert f"at most {L.MAX_PROMPT_CHARS:,} characters" in rows["prompt"] and L.DEFAULT_PROMPT in rows["prompt"]
+    assert f"integer {L.MIN_MAX_PAUSE_MS}–{L.MAX_MAX_PAUSE_MS}" in rows["max_pause_ms"]
+    assert f"| {L.DEFAULT_MAX_PAUSE_MS} (`MCP_LISTEN_MAX_PAUSE_MS`)" in rows["max_pause_ms"]
     assert f"nobody spoke for {L.NO_SPEECH_TIMEOUT_MS // 1000} s" in text
     assert f"| `MCP_LISTEN_SILENCE_MS` | `{L.DEFAULT_SILENCE_MS}` |" in text

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from mcp_listen.audio.microphone import Recording
-from mcp_listen.contract.limits import PARTIAL_PREFIX, partial_message
+from mcp_listen.contract.limits import HOLDING_MESSAGE, PARTIAL_PREFIX, RESUMED_MESSAGE, partial_message
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
+from mcp_listen.speech.ending import NO_SIGNAL, TurnEnding, Verdict
 from mcp_listen.speech.listener import Listener, Plan
 
 SPEECH, QUIET = 0.9, 0.05
@@ -225,32 +226,94 @@ class Guessing(FakeWorker):
         return self.words
 
 
-def stop_after_speech_ms(words, end_of_turn, silence_ms=1000):
-    """Windows of quiet after 2 s of speech until the stop, in ms."""
+def stop_after_speech_ms(words, end_of_turn, silence_ms=1000, max_pause_ms=3000, max_ms=20000, progress=None):
+    """Windows of quiet after 2 s of speech until the stop, in ms (and the worker, and the end_reason)."""
     worker = Guessing(words)
-    plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=end_of_turn)
-    listener = Listener(plan, None, None, worker, vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))))
-    reason = None
+    plan = Plan(
+        max_ms=max_ms, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=end_of_turn,
+        max_pause_ms=max_pause_ms,
+    )  # fmt: skip
+    listener = Listener(plan, progress, None, worker, vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))))
+    reason, windows = None, []
     while reason is None:
-        reason = listener.on_window(np.full(WINDOW, listener.windows, dtype=np.int16))
-    assert reason == "silence"
-    return (listener.windows - 102) * 32, worker
+        windows.append(np.full(WINDOW, listener.windows, dtype=np.int16))
+        reason = listener.on_window(windows[-1])
+        reason = reason or ("ceiling" if listener.elapsed_ms >= max_ms else None)
+    heard = listener.finished(Recording(np.concatenate(windows), reason))
+    return (listener.windows - 102) * 32, worker, heard.end_reason
 
 
 @pytest.mark.parametrize("words", ["I went to the store to buy some bread and.", "So I was thinking", None])
-def test_smart_end_of_turn_waits_longer_after_unfinished_words(words):
-    smart, worker = stop_after_speech_ms(words, "smart")
-    plain, _ = stop_after_speech_ms(words, "silence")
-    assert plain <= 1100 and 2400 <= smart <= 2600, (plain, smart)
+def test_smart_end_of_turn_holds_an_unfinished_pause_until_max_pause_ms(words):
+    smart, worker, why = stop_after_speech_ms(words, "smart")
+    plain, _, plain_why = stop_after_speech_ms(words, "silence")
+    assert plain <= 1100 and 2900 <= smart <= 3100, (plain, smart)
+    assert (why, plain_why) == ("max_pause", "silence")
     assert worker.asked and all(key == worker.speculations[-1][1] for key in worker.asked if key is not None)
+    shorter, _, _ = stop_after_speech_ms(words, "smart", max_pause_ms=1500)
+    assert 1400 <= shorter <= 1600, shorter
 
 
 def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
-    smart, _ = stop_after_speech_ms("I went to the store.", "smart")
-    plain, _ = stop_after_speech_ms("I went to the store.", "silence")
-    assert smart == plain
+    smart, _, why = stop_after_speech_ms("I went to the store.", "smart")
+    plain, _, plain_why = stop_after_speech_ms("I went to the store.", "silence")
+    assert smart == plain and (why, plain_why) == ("complete", "silence")
 
 
-def test_the_longer_pause_never_passes_the_recording_s_ceiling():
-    plan = Plan(max_ms=1800, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
-    assert plan.unfinished_silence_ms == 1800
+def test_a_held_pause_never_passes_the_recording_s_ceiling_and_then_ends_by_duration():
+    after, _, why = stop_after_speech_ms("So I was thinking", "smart", max_ms=4000)
+    assert why == "duration" and after < 3000, after
+
+
+def test_the_holding_message_comes_once_per_held_pause_and_only_after_silence_ms():
+    seen: list[tuple[int, str]] = []
+    stop_after_speech_ms("So I was thinking", "smart", progress=lambda done, total, m: seen.append((done, m)))
+    holds = [done for done, message in seen if message == HOLDING_MESSAGE]
+    assert len(holds) == 1 and holds[0] >= (102 * 32 + 1000) - 32 * 13, seen  # the decay credit, at most 12 windows
+    finished = [m for _, m in seen if m.startswith("Recording finished")]
+    assert finished == [finished[0]] and finished[0].endswith("silence; max_pause by words)"), finished
+    seen.clear()
+    stop_after_speech_ms("I went to the store.", "smart", progress=lambda done, total, m: seen.append((done, m)))
+    assert HOLDING_MESSAGE not in [m for _, m in seen]
+
+
+def test_speech_after_a_held_pause_says_so_and_the_next_pause_is_held_again():
+    seen: list[str] = []
+    plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
+    probabilities = script((QUIET, 40), (SPEECH, 40), (QUIET, 50), (SPEECH, 30))
+    progress = lambda done, total, message: seen.append(message)  # noqa: E731
+    listener = Listener(plan, progress, None, Guessing("and then"), vad=ScriptedVAD(probabilities))
+    reason = None
+    while reason is None:
+        reason = listener.on_window(np.full(WINDOW, listener.windows, dtype=np.int16))
+    turns = [m for m in seen if m in (HOLDING_MESSAGE, RESUMED_MESSAGE)]
+    assert turns == [HOLDING_MESSAGE, RESUMED_MESSAGE, HOLDING_MESSAGE], seen
+
+
+def test_max_pause_shorter_than_silence_is_refused_when_asked_and_raised_when_defaulted():
+    from mcp_listen.contract.arguments import TranscribeArgs, parse_args
+    from mcp_listen.contract.limits import Defaults
+    from mcp_listen.errors import InvalidArgument
+
+    args = parse_args(TranscribeArgs, {"silence_ms": 1500, "max_pause_ms": 1200, "end_of_turn": "smart"})
+    with pytest.raises(InvalidArgument, match=r"max_pause_ms: expected at least silence_ms \(1500\).*got 1200"):
+        Plan.from_args(args, Defaults(), stop_default=True)
+    args = parse_args(TranscribeArgs, {"max_pause_ms": 1200})
+    with pytest.raises(InvalidArgument, match=r"at least silence_ms \(2000\)"):  # the user's default silence
+        Plan.from_args(args, Defaults(silence_ms=2000), stop_default=True)
+    plan = Plan.from_args(parse_args(TranscribeArgs, {"silence_ms": 5000}), Defaults(), stop_default=True)
+    assert plan.max_pause_ms == 5000  # the default 3000 would be shorter: nothing is held past silence_ms
+    plan = Plan.from_args(parse_args(TranscribeArgs, {}), Defaults(max_pause_ms=4200), stop_default=True)
+    assert plan.max_pause_ms == 4200
+
+
+def test_a_verdict_without_a_signal_for_the_language_ends_the_turn_as_silence_does():
+    ending = TurnEnding("smart", 1000, 3000)
+    assert ending.silence_for(None) == 3000 and ending.reason("silence") == "max_pause"
+    assert ending.silence_for(Verdict(False, "words")) == 3000
+    assert ending.silence_for(Verdict(True, "words+voice")) == 1000 and ending.reason("silence") == "complete"
+    assert ending.silence_for(Verdict(False, NO_SIGNAL)) == 1000 and ending.reason("silence") == "silence"
+    assert not ending.holding(5000)
+    assert ending.reason("ceiling") == "duration" and ending.reason("no_speech_timeout") is None
+    plain = TurnEnding("silence", 1000, 3000)
+    assert plain.silence_for(Verdict(False, "words")) == 1000 and plain.reason("silence") == "silence"

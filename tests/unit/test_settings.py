@@ -110,3 +110,14 @@ def test_the_end_of_turn_default_comes_from_the_environment_and_a_bad_one_is_nam
     bad = load_settings({"MCP_LISTEN_END_OF_TURN": "sometimes"})
     assert bad.defaults.end_of_turn == "silence"
     assert len(bad.problems) == 1 and "MCP_LISTEN_END_OF_TURN" in bad.problems[0] and "smart" in bad.problems[0]
+
+
+def test_the_max_pause_default_comes_from_the_environment_and_may_not_undercut_the_silence():
+    assert load_settings({}).defaults.max_pause_ms == 3000
+    assert load_settings({"MCP_LISTEN_MAX_PAUSE_MS": "4500"}).defaults.max_pause_ms == 4500
+    bad = load_settings({"MCP_LISTEN_MAX_PAUSE_MS": "40000"})
+    assert bad.defaults.max_pause_ms == 3000
+    assert len(bad.problems) == 1 and "MCP_LISTEN_MAX_PAUSE_MS" in bad.problems[0] and "30000" in bad.problems[0]
+    under = load_settings({"MCP_LISTEN_MAX_PAUSE_MS": "1500", "MCP_LISTEN_SILENCE_MS": "2000"})
+    assert len(under.problems) == 1 and "MCP_LISTEN_SILENCE_MS" in under.problems[0]
+    assert under.defaults.max_pause_ms == 3000 and under.defaults.silence_ms == 2000
