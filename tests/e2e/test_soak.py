@@ -1,4 +1,4 @@
-"""The soak: bench/soak.py's 200 captures and 50 voice_query calls in one server process, with its
+"""The soak: tests/soak.py's 200 captures and 50 voice_query calls in one server process, with its
 figures bounded here (memory, threads and descriptors after warm-up, every call answered)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.soak
 @pytest.mark.mic
 def test_soak(tmp_path, model_path):
-    """bench/soak.py: 200 captures + 50 voice_query calls in one server process (its own virtual
-    microphone and loopback Ollama); its figures are bounded here and reported by the bench."""
+    """tests/soak.py: 200 captures + 50 voice_query calls in one server process (its own virtual
+    microphone and loopback Ollama); its figures are bounded here."""
     out = tmp_path / "soak.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "soak.py"), "--json", str(out)],
+        [sys.executable, str(REPO / "tests" / "soak.py"), "--json", str(out)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         capture_output=True,
