@@ -34,8 +34,8 @@ FIELDS = {
     "get_status": [],
     "stop_speaking": [],
     "capture_audio": RECORDING,
-    "transcribe_voice": [*RECORDING, "end_of_turn", "whisper_model", "language"],
-    "voice_query": [*RECORDING, "end_of_turn", "whisper_model", "language", "model", "prompt"],
+    "transcribe_voice": [*RECORDING, "end_of_turn", "max_pause_ms", "whisper_model", "language"],
+    "voice_query": [*RECORDING, "end_of_turn", "max_pause_ms", "whisper_model", "language", "model", "prompt"],
 }
 LONGEST = {"transcribe_voice": 600_000}
 """duration_ms up to this for the tools named (dictation); 30000 for the others."""
@@ -112,6 +112,7 @@ def _name(v: Any, longest: int) -> bool:
 VALID = {
     "duration_ms": lambda v: _whole(v, 100, 30000),
     "end_of_turn": lambda v: v in ("silence", "smart"),
+    "max_pause_ms": lambda v: _whole(v, 100, 30000),
     "kind": lambda v: v in ("input", "output", "all"),
     "silence_ms": lambda v: _whole(v, 100, 10000),
     "device": lambda v: _whole(v, 0) or _text(v, 1, 512),
@@ -130,9 +131,14 @@ def offenders(tool: str, args: dict[str, Any]) -> set[str]:
     bad |= {k for k, v in args.items() if k in fields and v is not None and not _valid(tool, k, v)}
     stop = args.get("stop_on_silence")
     stops = stop if stop is not None else tool != "capture_audio"
-    for name in ("silence_ms", "end_of_turn"):
+    for name in ("silence_ms", "end_of_turn", "max_pause_ms"):
         if not bad and args.get(name) is not None and not stops:
             bad.add(name)
+    pause = args.get("max_pause_ms")
+    if not bad and pause is not None:  # it must be able to hold a pause: smart, and not under silence_ms
+        silence = args.get("silence_ms")
+        if args.get("end_of_turn") == "silence" or pause < (1000 if silence is None else silence):
+            bad.add("max_pause_ms")
     return bad
 
 
@@ -204,6 +210,7 @@ NEAR_VALID = {
     "end_of_turn": st.sampled_from(["silence", "smart", "", "Smart", "clever"]) | st.text(max_size=8),
     "kind": st.sampled_from(["input", "output", "all", "both", "", "INPUT"]) | st.text(max_size=8),
     "silence_ms": st.integers(-10, 12_000),
+    "max_pause_ms": st.integers(-10, 31_000) | st.sampled_from([99, 100, 999, 1000, 30000, 30001, 3000.0]),
     "device": st.integers(-3, 10**20) | st.text(max_size=600),
     "stop_on_silence": st.booleans(),
     "whisper_model": st.text(max_size=1100),
@@ -318,6 +325,11 @@ def test_the_model_of_the_contract_is_not_trivial():
     assert offenders("transcribe_voice", {"duration_ms": 600_000}) == set()
     assert offenders("voice_query", {"duration_ms": 30_001}) == {"duration_ms"}
     assert offenders("voice_query", {"end_of_turn": "smart", "stop_on_silence": False}) == {"end_of_turn"}
+    assert offenders("transcribe_voice", {"max_pause_ms": 2500.0, "end_of_turn": "smart"}) == set()
+    assert offenders("transcribe_voice", {"max_pause_ms": 999}) == {"max_pause_ms"}  # under the default silence
+    assert offenders("voice_query", {"max_pause_ms": 1500, "silence_ms": 2000}) == {"max_pause_ms"}
+    assert offenders("voice_query", {"max_pause_ms": 5000, "end_of_turn": "silence"}) == {"max_pause_ms"}
+    assert offenders("capture_audio", {"max_pause_ms": 5000}) == {"max_pause_ms"}
     assert offenders("list_audio_devices", {"kind": "both"}) == {"kind"}
     assert as_sent({"duration_ms": float("nan")}) == {"duration_ms": None}
 

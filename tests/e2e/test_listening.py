@@ -87,15 +87,58 @@ async def test_smart_end_of_turn_waits_through_a_thinking_pause_that_silence_end
     loses the rest; "smart" hears that the words so far end on "and" and waits for them."""
     clip = A.concat([A.silence(300), A.speech(THINKING[0]), A.silence(1600), A.speech(THINKING[1]), A.silence(3500)])
     env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
-    texts = {}
+    texts, reasons = {}, {}
     async with mcp_client(env) as client:
         for mode in ("silence", "smart"):
             args = {"whisper_model": str(model_path), "end_of_turn": mode}
             result = await call_while_playing(client, vmic, "transcribe_voice", args, clip)
             assert not result.is_error, result.content[0].text
             texts[mode] = result.structured_content["transcription"] or ""
+            reasons[mode] = result.structured_content["end_reason"]
     assert "milk" not in texts["silence"].lower(), texts
     assert wer(" ".join(THINKING), texts["smart"]) <= 0.35, texts
+    assert reasons["silence"] == "silence"
+    assert reasons["smart"] in ("complete", "max_pause"), reasons  # "complete" unless the last guess came late
+
+
+async def test_a_thought_never_finished_ends_at_max_pause_and_says_so(vmic, tmp_path, model_path):
+    """The user stops on "and" and says no more: smart holds the turn past silence_ms, progress says it
+    is holding, and max_pause_ms ends it with end_reason max_pause and the words so far."""
+    clip = A.concat([A.silence(300), A.speech(THINKING[0]), A.silence(4500)])
+    env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    messages: list[str] = []
+
+    async def on_progress(progress, total, message):
+        messages.append(message or "")
+
+    args = {"whisper_model": str(model_path), "end_of_turn": "smart", "max_pause_ms": 2000}
+    async with mcp_client(env) as client:
+        result = await call_while_playing(client, vmic, "transcribe_voice", args, clip, progress_callback=on_progress)
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert (data["stopped_by"], data["end_reason"]) == ("silence", "max_pause"), data
+    assert wer(THINKING[0], data["transcription"]) <= 0.35, data
+    finished = next(i for i, m in enumerate(messages) if m.startswith("Recording finished"))
+    assert "Holding: mid-sentence" in messages[:finished], messages
+    assert "max_pause" in messages[finished], messages
+
+
+async def test_a_held_pause_that_reaches_duration_ms_ends_by_duration(vmic, tmp_path, model_path):
+    """duration_ms bounds a held pause too: the result says the limit ended the turn, not the words."""
+    clip = A.concat([A.silence(300), A.speech(THINKING[0]), A.silence(4500)])
+    env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    args = {"whisper_model": str(model_path), "end_of_turn": "smart", "max_pause_ms": 10000, "duration_ms": 4000}
+    async with mcp_client(env) as client:
+        result = await call_while_playing(client, vmic, "transcribe_voice", args, clip)
+        fixed = await call_while_playing(
+            client, vmic, "transcribe_voice", {"whisper_model": str(model_path), "stop_on_silence": False,
+                                               "duration_ms": 1500}, None,
+        )  # fmt: skip
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert (data["stopped_by"], data["end_reason"], data["duration_ms"]) == ("ceiling", "duration", 4000), data
+    assert wer(THINKING[0], data["transcription"]) <= 0.35, data
+    assert (fixed.structured_content["stopped_by"], fixed.structured_content["end_reason"]) == (None, "duration")
 
 
 THINKING = ("I would like to buy some bread and", "some milk for the children.")
