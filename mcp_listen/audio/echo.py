@@ -34,6 +34,12 @@ MAX_LAG_S = 0.5
 """The longest echo delay looked for, behind a reference taken SEARCH_LEAD_S ahead."""
 ALIGN_SAMPLES = SAMPLE_RATE
 """Reference and microphone samples correlated to measure the delay: a second of played speech."""
+GAP_MARGIN_S = 0.02
+"""A block handed to the device later than the speech before it ends is taken to follow a gap this much
+shorter than it seems: the reference may lead the echo by a little more, never trail it. Without the gap
+the reference ran ahead of the echo by the whole of it: on the test rig, when the first sentence took
+a second to render, the reference was silent while the echo spoke, the delay was never measured, and
+the user was never heard (tests/fixtures/echo)."""
 MIN_CORRELATION = 0.3
 """The normalised cross-correlation peak below which no echo is taken to be there (headphones): the
 search lead is kept."""
@@ -68,7 +74,11 @@ class FarEnd:
         self.started_at: float | None = None
 
     def played(self, block: Any, at: float) -> None:
-        """`block` (int16 at the voice's rate) was handed to the device at `at` (time.monotonic())."""
+        """`block` (int16 at the voice's rate) was handed to the device at `at` (time.monotonic()).
+
+        A block handed over later than the speech so far would end had the device play nothing
+        before it (it ran dry while Piper rendered the next sentence): it is heard from `at` on, as
+        the first block was, and the gap is silence in the reference too."""
         import numpy as np
 
         if self._resampler is None:
@@ -79,7 +89,8 @@ class FarEnd:
         with self._lock:
             if self.started_at is None:
                 self.started_at = at
-            end = self._length + len(resampled)
+            begin = max(self._length, round((at - self.started_at - GAP_MARGIN_S) * SAMPLE_RATE))
+            end = begin + len(resampled)
             if self._samples is None or end > len(self._samples):
                 grown = np.zeros(
                     max(end, 2 * (0 if self._samples is None else len(self._samples)), SAMPLE_RATE), np.int16
@@ -87,7 +98,8 @@ class FarEnd:
                 if self._samples is not None:
                     grown[: self._length] = self._samples[: self._length]
                 self._samples = grown
-            self._samples[self._length : end] = resampled
+            self._samples[self._length : begin] = 0  # the gap (or what a cut left there) is silence
+            self._samples[begin:end] = resampled
             self._length = end
 
     def cut(self, at: float) -> None:

@@ -2,14 +2,23 @@
 echo-cancelled with the played samples as the reference (audio/echo.py), and the user talking over
 the agent stops the speech; their words from the first syllable on are the answer.
 
-The rule for "the user talks" is stricter while the agent speaks than the listener's own onset:
-Silero's probability (a session of this turn's own, apart from the listener's) averaged over the
-last ONSET_WINDOWS cleaned windows reaching ONSET_PROBABILITY, and only once the echo's delay is
-measured (the first second of speech) and the canceller has had SETTLE_S to learn the echo path: a
-user cannot cut in during the speech's first ~2 s. Then the speech stops, and the last
-PRE_ROLL_WINDOWS windows go to the listener first: nothing the user said is lost. A speech played
-out with nobody cutting in ends as the half-duplex turn does (engine/turn.py): the windows until the
-echo has died away are dropped.
+The rule for "the user talks" is stricter while the agent speaks than the listener's own onset, and
+rests on what the echo cannot explain (audio/doubletalk.py): over the last ONSET_WINDOWS windows, the
+share of the microphone a linear model of the echo path leaves must rise RISE_DB over the turn's own
+echo-alone baseline, that leftover must be about as loud as the microphone usually is while the agent
+speaks (within LEVEL_DB: not the faint tail of a word), and Silero must hear speech in it
+(ONSET_PROBABILITY on average; a session of this turn's own, apart from the listener's). That rule
+holds only while the model has learnt the path. Before (the first seconds) and whenever its guard
+found it run away, the stricter rule on AEC3 alone decides: Silero on AEC3's output averaging
+STRICT_PROBABILITY over STRICT_WINDOWS, SETTLE_S after the echo's delay was measured. A model that
+stays unlearnt for RELEARN_S, or that ran away, has the delay measured again (the echo moved: a
+sound server's hiccup), and nothing counts until that is done. Nothing counts before the delay is
+measured (the first second of speech); when that search finds no echo (headphones), speech as loud
+as usual suffices. Then the speech stops, and the last PRE_ROLL_WINDOWS windows go to the listener
+first: nothing the user said is lost. What the listener hears is the microphone less the predicted
+echo while the model decides (the user's voice whole: AEC3's suppressor damps it while the agent
+still talks), AEC3's output otherwise. A speech played out with nobody cutting in ends as the
+half-duplex turn does (engine/turn.py): the windows until the echo has died away are dropped.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcp_listen.audio.doubletalk import EchoModel, Explained
 from mcp_listen.audio.echo import ALIGNED_LEAD_S, Aligner, Canceller, FarEnd
 from mcp_listen.engine.turn import STOP_WAIT_S, WINDOW_S, SpeechFirst
 
@@ -40,18 +50,51 @@ class Cleaning(Protocol):
     def reset(self) -> None: ...
 
 
-ONSET_WINDOWS = 6
-"""The span over which the cleaned signal must sound like speech: 192 ms. An average over it, not a run of
-windows each over a bar: the canceller damps the user's voice while the agent talks over it, and Silero's
-probability dips within a word (bench/barge.py: a run of five windows over 0.6 caught the user later and
-missed more often, for no fewer false barge-ins)."""
-ONSET_PROBABILITY = 0.5
-"""The average probability over ONSET_WINDOWS from which the user is taken to talk over the agent."""
+class Explaining(Protocol):
+    """The linear echo model (audio.doubletalk.EchoModel): a window and what was played meanwhile -> the window
+    less the predicted echo, and how much of it the prediction left."""
+
+    resets: int
+
+    def process(self, near: Any, far: Any) -> tuple[Any, Explained]: ...
+
+    def learn(self, near: Any, far: Any) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+ONSET_WINDOWS = 2
+"""The span (64 ms) over which the double-talk rule must hold: three windows caught the user ~20 ms later for
+no fewer false barge-ins (bench/barge.py's four rooms, 30 recorded turns each)."""
+ONSET_PROBABILITY = 0.6
+"""Silero's average probability over ONSET_WINDOWS, on what the echo model leaves: at 0.5 the agent's own
+voice stopped it once in 30 turns in the 120 ms reverberant room; 0.7 was ~10 ms slower for nothing."""
+RISE_DB = 6.0
+"""How far the unexplained share must rise over the echo-alone baseline: the echo alone leaves 20-30 dB
+less than the microphone heard once learnt, a user as loud as the echo a few dB less (4-9 dB decided the
+same on the bench)."""
+LEVEL_DB = -6.0
+"""The leftover against the microphone's usual level while the agent speaks: the end of a word, where the
+echo fades faster than the model follows, leaves a large share of very little sound. Without this, the
+agent's own voice at full level stopped it in 5-12 of 20 runs; at -10 dB, once in 30 in a room."""
+STRICT_WINDOWS = 8
+"""The span (256 ms) of the rule on AEC3 alone, while the echo model has not learnt the path."""
+STRICT_PROBABILITY = 0.8
+"""Silero's average over STRICT_WINDOWS of AEC3's output: at 0.5 over six windows the agent's own voice,
+left over by AEC3 in reverberant rooms, stopped it in 4-8 runs of 20 (bench/README.md)."""
 SETTLE_S = 1.0
 """Listening after the echo's delay was measured (audio/echo.py: Aligner, the first second of speech)
-before a barge-in counts: the fresh canceller's first estimate of the echo path. With 0.3 s the agent's
-own voice at full level stopped it now and then in its first second (bench/barge.py: 0 of 12 with 1.0 s;
-on the test rig, 1 of ~10 live runs)."""
+before the rule on AEC3 alone counts: the fresh canceller's first estimate of the echo path. With 0.3 s
+the agent's own voice at full level stopped it now and then in its first second."""
+RELEARN_S = 3.0
+"""Speech heard with the echo model unlearnt, after the delay was measured, before the delay is measured
+again: taught the measured second, the model learns a path at once, so an echo it still cannot explain
+has moved (or lies past the 160 ms it models)."""
+REPLAY_WINDOWS = 32
+"""The windows (the last second) the echo model is taught again, REPLAY_PASSES times, once the delay is
+measured on them: a fresh model learns a path in 2-3 s of speech, while the user may cut in from then on
+(bench/barge.py, 10 runs per room: users missed 0 / 0 / 2 / 1 of 10 instead of 0 / 0 / 2 / 3)."""
+REPLAY_PASSES = 3
 PRE_ROLL_WINDOWS = 47
 """Windows handed to the listener when the user cuts in: the last 1.5 s. The user may have begun well before
 the onset rule was met (the damped first words); the listener's own onset, in these windows, decides where
@@ -62,49 +105,75 @@ class BargeIn(SpeechFirst):
     """converse with barge_in: the agent's speech, which the user's own speech stops."""
 
     def __init__(
-        self, playback: Playback, text: str, speed: float, vad: VoiceDetector, canceller: Cleaning | None = None
+        self,
+        playback: Playback,
+        text: str,
+        speed: float,
+        vad: VoiceDetector,
+        canceller: Cleaning | None = None,
+        echo_model: Explaining | None = None,
     ) -> None:
         super().__init__(playback, text, speed)
         self._vad = vad
         self._far: FarEnd | None = None
         self._canceller: Cleaning = canceller or Canceller()
+        self._echo: Explaining = echo_model or EchoModel()
+        self._heard: deque[tuple[Any, float]] = deque(maxlen=REPLAY_WINDOWS)
+        """The last windows and when each was heard, for teaching the echo model once the delay is known."""
         self._anchor: float | None = None
         self._count = 0
+        self._unlearnt = 0
+        self._resets = 0
         self.aligner = Aligner()
         self.aligned_window: int | None = None
-        """The window from which the reference is aligned with the echo (None until then): barge-in counts
-        SETTLE_S after it."""
+        """The window from which the reference is aligned with the echo (None until then, and while it is
+        measured again)."""
+        self.realigned = 0
+        """How often the delay was measured again (the echo model stayed unlearnt, or ran away)."""
         self.barged_at: float | None = None
         """time.monotonic() when the user's speech stopped the agent's; None when it played out."""
         playback.on_open = self._tap
 
     def windows(self, microphone: WindowSource, on_listening: Callable[[], None]) -> Iterator[Any]:
         """Start the speech; while it plays, look for the user in the cleaned windows and stop it when
-        they speak; then hand on every window (cleaned) from the start of their speech."""
+        they speak; then hand on every window from the start of their speech."""
         self._vad.reset()
         self.playback.start(self._text, self._speed)
         self._started = True
         latency = microphone.latency_s
-        recent: deque[Any] = deque(maxlen=PRE_ROLL_WINDOWS)
-        probabilities: deque[float] = deque(maxlen=ONSET_WINDOWS)
+        recent: deque[tuple[Any, Any]] = deque(maxlen=PRE_ROLL_WINDOWS)
+        probabilities: deque[float] = deque(maxlen=max(ONSET_WINDOWS, STRICT_WINDOWS))
+        measures: deque[Explained | None] = deque(maxlen=ONSET_WINDOWS)
         heard = iter(microphone)
+        by_model = False
         for window in heard:
-            clean = self._cleaned(window, latency)
+            clean, left, explained = self._cleaned(window, latency)
             if self.playback.ended.is_set():
                 yield from self._after_the_speech(clean, heard, latency, on_listening)
                 return
-            recent.append(clean)
-            probabilities.append(self._vad.hear(clean)[0])
-            if (
-                len(probabilities) == ONSET_WINDOWS
-                and sum(probabilities) >= ONSET_PROBABILITY * ONSET_WINDOWS
-                and self._settled()
-            ):
+            learnt = explained is not None and explained.learnt
+            if learnt != by_model:  # Silero's span starts afresh on the other signal
+                by_model = learnt
+                probabilities.clear()
+            recent.append((clean, left))
+            probabilities.append(self._vad.hear(left if by_model else clean)[0])
+            measures.append(explained)
+            if self._user_talks(probabilities, measures, by_model):
                 self._cut_in(on_listening)
-                yield from recent
+                yield from (pair[1] if by_model else pair[0] for pair in recent)
                 break
         for window in heard:
-            yield self._cleaned(window, latency)
+            clean, left, _ = self._cleaned(window, latency)
+            yield left if by_model else clean
+
+    def _user_talks(self, probabilities: deque[float], measures: deque[Explained | None], by_model: bool) -> bool:
+        """The onset rule during playback (the module's docstring)."""
+        if self.aligned_window is None:
+            return False
+        if by_model or self.aligner.measured_lag_s is None:
+            return talks_over_the_echo(probabilities, measures, echo=by_model)
+        strict = list(probabilities)[-STRICT_WINDOWS:]
+        return self._settled() and len(strict) == STRICT_WINDOWS and sum(strict) >= STRICT_PROBABILITY * STRICT_WINDOWS
 
     def _after_the_speech(
         self, clean: Any, heard: Iterator[Any], latency: float, on_listening: Callable[[], None]
@@ -115,37 +184,69 @@ class BargeIn(SpeechFirst):
             window = next(heard, None)
             if window is None:
                 return
-            clean = self._cleaned(window, latency)
+            clean = self._cleaned(window, latency)[0]
         self._listening(on_listening)
         yield clean
         for window in heard:
-            yield self._cleaned(window, latency)
+            yield self._cleaned(window, latency)[0]
 
     def _tap(self, speaker: Speaker) -> None:
         """The speaker is open: every block it writes becomes the echo reference."""
         self._far = FarEnd(speaker.device_rate)
         speaker.tap = self._far.played
 
-    def _cleaned(self, window: Any, input_latency_s: float) -> Any:
-        """The stream's next window without the echo of what was played while it was heard.
+    def _cleaned(self, window: Any, input_latency_s: float) -> tuple[Any, Any, Explained | None]:
+        """The stream's next window without the echo of what was played while it was heard: AEC3's output,
+        the microphone less the linear echo model's prediction, and how much the model left unexplained
+        (the window itself twice, and None, before anything was played).
 
         A window can only arrive late, never early, so the earliest arrival less the windows before it
         is the stream's start on this clock; window n was heard from start + (n - 1) windows - the input
-        latency."""
+        latency. Once the delay is measured that start is kept: the measurement ties the microphone's
+        samples to the speaker's, and on the test rig the earliest arrival still crept by 0.1-3 ms now
+        and then through a turn, each creep shifting the reference under a learnt echo path (its
+        prediction then added sound instead of taking the echo out: tests/fixtures/echo)."""
         count, self._count = self._count, self._count + 1
         start = time.monotonic() - count * WINDOW_S
-        self._anchor = start if self._anchor is None else min(self._anchor, start)
+        anchor = start if self._anchor is None else min(self._anchor, start)
+        if self._anchor is None or not self.aligner.done:
+            self._anchor = anchor
         far = self._far
         if far is None:
-            return window
+            return window, window, None
         heard_from = self._anchor + (count - 1) * WINDOW_S - input_latency_s
         reference = far.reference(heard_from, self.aligner.lead_s)
         if self.aligner.add(window, reference):
             self._canceller.reset()
+            self._teach_echo_model(far)
+            reference = far.reference(heard_from, self.aligner.lead_s)
             log.info("the echo's delay measured: the reference now leads it by %.0f ms", ALIGNED_LEAD_S * 1000)
         if self.aligned_window is None and self.aligner.done:
             self.aligned_window = count
-        return self._canceller.clean(window, reference)
+        self._heard.append((window, heard_from))
+        left, explained = self._echo.process(window, reference)
+        self._watch(explained, reference)
+        return self._canceller.clean(window, reference), left, explained
+
+    def _watch(self, explained: Explained, reference: Any) -> None:
+        """Measure the delay again when the echo model ran away (its guard reset it) or stays unlearnt for
+        RELEARN_S of speech after the delay was measured: the echo has moved."""
+        ran_away = self._echo.resets != self._resets
+        self._resets = self._echo.resets
+        if self.aligned_window is None or self.aligner.measured_lag_s is None:
+            return
+        self._unlearnt = 0 if explained.learnt else self._unlearnt + bool(reference.any())
+        if ran_away or self._unlearnt * WINDOW_S >= RELEARN_S:
+            log.info("the echo model %s: measuring the echo's delay again", "ran away" if ran_away else "never learnt")
+            self.aligner, self.aligned_window, self._unlearnt = Aligner(), None, 0
+            self.realigned += 1
+
+    def _teach_echo_model(self, far: FarEnd) -> None:
+        """A fresh echo model, taught the last second again with the reference at the measured delay."""
+        self._echo.reset()
+        for _ in range(REPLAY_PASSES):
+            for window, heard_from in self._heard:
+                self._echo.learn(window, far.reference(heard_from, self.aligner.lead_s))
 
     @property
     def cut_in_after_s(self) -> float | None:
@@ -156,8 +257,7 @@ class BargeIn(SpeechFirst):
         return self.barged_at - far.started_at
 
     def _settled(self) -> bool:
-        """Whether the canceller has had time to learn the echo path since the delay was measured (or
-        found to be no echo at all: headphones)."""
+        """Whether AEC3 has had time to learn the echo path since the delay was measured."""
         aligned = self.aligned_window
         return aligned is not None and (self._count - aligned) * WINDOW_S >= SETTLE_S
 
@@ -169,3 +269,22 @@ class BargeIn(SpeechFirst):
         log.info("the user spoke over the speech: it stopped")
         self.listening_after_s = None
         on_listening()
+
+
+def talks_over_the_echo(probabilities: deque[float], measures: deque[Explained | None], echo: bool) -> bool:
+    """The double-talk rule over the last ONSET_WINDOWS windows. A window whose leftover is louder than the
+    microphone is never the user: a voice over the echo adds to both, while a prediction of a path that
+    has changed adds sound of its own (on the test rig, when the sound server's buffering shifted the echo,
+    before the guard reset the model). With no echo to explain (headphones), speech as loud as the
+    microphone usually is suffices."""
+    recent = list(probabilities)[-ONSET_WINDOWS:]
+    if len(recent) < ONSET_WINDOWS or any(m is None for m in measures):
+        return False
+    known = [m for m in measures if m is not None]
+    first = known[0]
+    return (
+        (not echo or sum(m.unexplained_db for m in known) / len(known) - first.baseline_db > RISE_DB)
+        and (not echo or max(m.unexplained_db for m in known) < 0.0)
+        and min(m.level_db for m in known) > LEVEL_DB
+        and sum(recent) >= ONSET_PROBABILITY * ONSET_WINDOWS
+    )

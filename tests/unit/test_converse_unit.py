@@ -187,7 +187,9 @@ def _settled_window() -> int:
 
 
 def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_with_the_pre_roll():
-    from mcp_listen.engine.barge import ONSET_WINDOWS, PRE_ROLL_WINDOWS, BargeIn
+    import math
+
+    from mcp_listen.engine.barge import ONSET_PROBABILITY, ONSET_WINDOWS, PRE_ROLL_WINDOWS, BargeIn
 
     playback = FakePlayback()
     onset = _settled_window() + 20
@@ -201,7 +203,8 @@ def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_wi
     turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller)  # type: ignore[arg-type]
     live: list[int] = []
     heard = [int(w[0]) for w in turn.windows(Windows(onset + 40, during), lambda: live.append(1))]
-    cut_at = onset + ONSET_WINDOWS // 2 - 1  # half the span in speech: the average reaches 0.5
+    # no echo (headphones): stopped once enough of the span is speech for the average to reach the bar
+    cut_at = onset + math.ceil(ONSET_PROBABILITY * ONSET_WINDOWS) - 1
     assert playback.stopped and live == [1]
     assert heard == list(range(cut_at - PRE_ROLL_WINDOWS + 1, onset + 40))  # from before the first syllable on
     assert turn.cut_in_after_s is not None and turn.cut_in_after_s >= 1.0
@@ -209,12 +212,14 @@ def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_wi
 
 
 def test_a_short_sound_while_speaking_or_a_long_one_in_the_first_moments_does_not_stop_the_speech():
+    from mcp_listen.audio.echo import ALIGN_SAMPLES
     from mcp_listen.engine.barge import ONSET_WINDOWS, BargeIn
 
     playback = FakePlayback()
+    aligned = -(-ALIGN_SAMPLES // 512)  # the delay search's second: nothing counts before its end
     settled = _settled_window()
-    early = set(range(5, 5 + ONSET_WINDOWS + 5)) | set(range(settled - 20, settled - ONSET_WINDOWS))
-    short = ONSET_WINDOWS // 2 - 1  # under half the span: a syllable of residual echo, a cough
+    early = set(range(5, aligned - 1))
+    short = ONSET_WINDOWS - 1  # under the span: a syllable of residual echo, a cough
     blips = set(range(settled + 5, settled + 5 + short)) | set(range(settled + 20, settled + 20 + short))
     end = settled + 40
 
@@ -228,6 +233,130 @@ def test_a_short_sound_while_speaking_or_a_long_one_in_the_first_moments_does_no
     heard = [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
     assert not playback.stopped and turn.cut_in_after_s is None
     assert heard == list(range(end, end + 5))  # played out: the half-duplex guard was long over
+
+
+class ModelledEcho:
+    """An echo model that takes nothing out and says the windows numbered in `user` are what the echo does not
+    explain (the user talking over it); every other window is the echo alone. Learnt from window `learnt_from`
+    on; `runs_away_at` windows make its guard reset it."""
+
+    def __init__(
+        self, user: set[int] = frozenset(), learnt_from: int = 0, runs_away_at: set[int] = frozenset()
+    ) -> None:  # type: ignore[assignment]
+        self.user, self.learnt_from, self.runs_away_at, self.resets = user, learnt_from, runs_away_at, 0
+
+    def process(self, near: Any, far: Any) -> tuple[Any, Any]:
+        from mcp_listen.audio.doubletalk import Explained
+
+        i = int(near[0])
+        self.resets += i in self.runs_away_at
+        learnt = i >= self.learnt_from and not any(i - 20 < r <= i for r in self.runs_away_at)
+        return near, Explained(-2.0 if i in self.user else -25.0, -25.0, 0.0, learnt)
+
+    def learn(self, near: Any, far: Any) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class FoundEcho:
+    """An Aligner that finds an echo in the first `windows` windows with a reference (the constant test windows
+    hold none a correlation could find)."""
+
+    made = 0
+
+    def __init__(self, windows: int) -> None:
+        from mcp_listen.audio.echo import SEARCH_LEAD_S
+
+        self.lead_s, self.measured_lag_s, self.done, self._left = SEARCH_LEAD_S, None, False, windows
+        FoundEcho.made += 1
+
+    def add(self, near: Any, far: Any) -> bool:
+        self._left -= 1
+        if self._left == 0:
+            self.done, self.measured_lag_s = True, 0.05
+            return True
+        return False
+
+
+def _turn_with_echo(playback: FakePlayback, speech: set[int], model: ModelledEcho, windows: int) -> Any:
+    import mcp_listen.engine.barge as barge
+
+    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), KeepsNear(), model)  # type: ignore[arg-type]
+    turn.aligner = FoundEcho(windows)  # type: ignore[assignment]
+    return turn
+
+
+def test_speech_the_echo_model_explains_does_not_stop_the_speech_and_the_user_it_cannot_explain_does(monkeypatch):
+    """Silero hears speech all along (the agent's own voice, left over by the canceller): the learnt model
+    explains it, so it plays on. Then the user, whom the model cannot explain: it stops at once."""
+    import mcp_listen.engine.barge as barge
+
+    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(10**6))
+    settled = _settled_window()
+    end = settled + 60
+    speech = set(range(end + 5))
+
+    def during(playback: FakePlayback) -> Any:
+        def at(i: int) -> None:
+            if i == 0:
+                _speaking_for(playback, 0.0)
+            if i == end:
+                playback.end(time.monotonic() - 1.0)
+
+        return at
+
+    playback = FakePlayback()
+    echo_only = _turn_with_echo(playback, speech, ModelledEcho(set(range(10, 20))), settled)
+    heard = [int(w[0]) for w in echo_only.windows(Windows(end + 5, during(playback)), lambda: None)]
+    assert not playback.stopped and echo_only.cut_in_after_s is None and echo_only.realigned == 0
+    assert heard == list(range(end, end + 5))
+
+    playback = FakePlayback()
+    user = set(range(settled + 30, settled + 40))
+    user_talks = _turn_with_echo(playback, speech, ModelledEcho(user), settled)
+    heard = [int(w[0]) for w in user_talks.windows(Windows(end + 5, during(playback)), lambda: None)]
+    cut_at = settled + 30  # the first window the model cannot explain lifts the average rise over the bar
+    assert playback.stopped and heard == list(range(cut_at - barge.PRE_ROLL_WINDOWS + 1, end + 5))
+
+
+def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_on_aec3_alone_decides(monkeypatch):
+    """The model is unlearnt, then runs away and is measured again: speech AEC3 leaves that the double-talk
+    rule would take (ONSET_WINDOWS long) stops nothing, a stretch past STRICT_WINDOWS does; and while the
+    delay is measured again, nothing counts at all."""
+    import math
+
+    import mcp_listen.engine.barge as barge
+
+    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(32))
+    settled = _settled_window()
+    end = settled + 200
+
+    def run(speech: set[int], model: ModelledEcho) -> tuple[FakePlayback, Any, list[int]]:
+        playback = FakePlayback()
+
+        def during(i: int) -> None:
+            if i == 0:
+                _speaking_for(playback, 0.0)
+            if i == end:
+                playback.end(time.monotonic() - 1.0)
+
+        turn = _turn_with_echo(playback, speech, model, 32)
+        return playback, turn, [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
+
+    short = set(range(settled + 5, settled + 5 + barge.STRICT_WINDOWS - 2))
+    playback, turn, _ = run(short, ModelledEcho(short, learnt_from=10**6))
+    assert not playback.stopped and turn.realigned >= 1  # never learnt: the delay measured again
+
+    ran_away = settled + 100
+    during_the_search = set(range(ran_away + 2, ran_away + 2 + barge.STRICT_WINDOWS + 4))
+    playback, turn, _ = run(during_the_search, ModelledEcho(during_the_search, runs_away_at={ran_away}))
+    assert not playback.stopped and turn.realigned == 1  # the user unheard rather than the agent heard
+
+    long = set(range(settled + 5, settled + 5 + barge.STRICT_WINDOWS + 2))
+    playback, turn, heard = run(long, ModelledEcho(long, learnt_from=10**6))
+    assert playback.stopped and heard[-1] == end + 4
+    cut_at = settled + 5 + math.ceil(barge.STRICT_PROBABILITY * barge.STRICT_WINDOWS) - 1
+    assert heard[0] == cut_at - barge.PRE_ROLL_WINDOWS + 1
 
 
 def test_the_delay_of_an_echo_is_measured_and_the_reference_then_leads_it_just_enough():
@@ -267,6 +396,56 @@ def test_the_reference_is_what_was_played_when_the_window_was_heard_led_by_the_l
     ahead = far.reference(start - lead - 0.01, lead)
     assert not ahead[:150].any() and ahead[-100:].any()
     assert not far.reference(start + 10, lead).any()  # after the speech: silence
+
+
+def test_a_block_handed_over_after_the_device_ran_dry_is_heard_after_the_gap():
+    """Piper took a second over the next sentence: the device played nothing meanwhile, so the next block is
+    heard from when it was handed over (less GAP_MARGIN_S), not right after the first piece; blocks handed
+    over while the device still held sound follow back to back."""
+    import numpy as np
+
+    from mcp_listen.audio.echo import GAP_MARGIN_S, FarEnd
+
+    far = FarEnd(16000)
+    start = time.monotonic()
+    far.played(np.full(8000, 1000, dtype=np.int16), start)  # the first piece, 0.5 s
+    far.played(np.full(8000, 2000, dtype=np.int16), start + 1.5)  # a second of silence before it
+    far.played(np.full(8000, 3000, dtype=np.int16), start + 1.7)  # handed over while the device was busy
+    assert not far.reference(start + 0.6, 0.0).any() and not far.reference(start + 1.4, 0.0).any()
+    second = start + 1.5 - GAP_MARGIN_S
+    assert abs(int(np.median(far.reference(second + 0.1, 0.0))) - 2000) <= 40
+    assert abs(int(np.median(far.reference(second + 0.6, 0.0))) - 3000) <= 40
+
+
+def test_once_the_delay_is_measured_an_earlier_window_arrival_no_longer_moves_the_reference(monkeypatch):
+    """On the test rig the earliest arrival of a window still crept by a fraction of a millisecond through a
+    turn: each creep shifted the reference under a learnt echo path. Measured, the clock stays."""
+    import numpy as np
+
+    import mcp_listen.engine.barge as barge
+
+    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(20))
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
+
+    def references(early_at: int) -> list[Any]:
+        playback = FakePlayback()
+
+        def during(i: int) -> None:
+            clock.now = 1000.0 + (i + 1) * WINDOW_S + (0.0 if i == early_at else 0.002)
+            if i == 0:
+                speaker = SimpleNamespace(device_rate=16000, tap=None)
+                playback.on_open(speaker)  # type: ignore[attr-defined]
+                speaker.tap(np.arange(16000 * 3, dtype=np.int16) % 3000, clock.now)
+
+        canceller = KeepsNear()
+        turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), canceller, ModelledEcho())  # type: ignore[arg-type]
+        list(turn.windows(Windows(60, during), lambda: None))
+        return canceller.references
+
+    steady, crept = references(early_at=10**6), references(early_at=40)
+    assert all(np.array_equal(a, b) for a, b in zip(steady, crept, strict=True))
+    assert not np.array_equal(references(early_at=10)[15], steady[15])  # before it is measured, the clock moves
 
 
 def test_a_stopped_speech_leaves_no_reference_beyond_what_was_heard():
