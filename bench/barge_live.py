@@ -7,13 +7,12 @@ One server for the whole series (a user's session), barge-in on by MCP_LISTEN_BA
 user cutting in (passes when the speech stopped after the user began, "lighthouse" is in the transcript
 and no agent word is), then the agent alone (passes when the speech played out and no word of it is in
 the transcript). Reaction: the user's first sample above -40 dBFS in the sink's monitor (bench/rig.py's
-Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines
-naming one ("diverg...": WebRTC's AEC3 reports none). CPU: the server's over the agent-alone call.
+Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines saying
+the echo model diverged or ran away (AEC3 alone reports none). CPU: the server's over the agent-alone call.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import sys
@@ -25,8 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-import run
-from rig import RATE, ROOT, Monitor, audio_assets, proc_stats
+import stats
+from rig import RATE, ROOT, TEST_MODEL, Monitor, audio_assets, proc_stats
 from rpc import wire
 from speaker_rig import SOUND, agent_alone, agent_words_in, speaking_env, user_cuts_in
 from speech_checks import heard_lighthouse, speech_clip, wer
@@ -34,61 +33,53 @@ from stats import fmt, summary
 from vmic import VirtualMic, refresh_portaudio
 
 CLIP_TEXT = "please tell me a short story about a lighthouse keeper"
-DIVERGED = re.compile(rb"diverg", re.IGNORECASE)
-
-
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=20, help="runs of each case, in a row (default 20)")
-    p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-barge-live.json")
-    p.add_argument("--model", type=Path, default=ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
-    return p.parse_args(argv)
+DIVERGED = re.compile(rb"diverg|ran away", re.IGNORECASE)
 
 
 def divergences(log: Path, offset: int) -> tuple[int, int]:
     """Lines of the server's log since `offset` that report a divergence, and the new offset."""
     data = log.read_bytes()
-    return sum(1 for line in data[offset:].splitlines() if DIVERGED.search(line)), len(data)
+    return len(DIVERGED.findall(data[offset:])), len(data)
 
 
 def cut_in(w: Any, mic: VirtualMic, monitor: Monitor, model: Path, token: str) -> dict[str, Any]:
-    args = {"whisper_model": str(model), "silence_ms": 800}
-    reply, started = user_cuts_in(w, mic, "converse", args, token)
-    data = reply["result"].get("structuredContent") or {"error": reply["result"]}
+    reply, started = user_cuts_in(w, mic, "converse", {"whisper_model": str(model), "silence_ms": 800}, token)
+    data = reply["result"].get("structuredContent") or {}
     clip = audio_assets.read_wav(speech_clip())
     at, peak = monitor.find(clip, started - 0.5, started + len(clip) / RATE + 1.5)
     onset = monitor.time_of(at + int(np.flatnonzero(np.abs(clip.astype(np.int32)) > SOUND)[0]))
     listened = w.progress_time(token, "Listening on")
     reaction = None if listened is None else round((listened - onset) * 1000)
-    text = data.get("transcription")
-    spoken = data.get("spoken", {})
+    text, spoken = data.get("transcription"), data.get("spoken", {})
     row = {"stopped": bool(spoken.get("interrupted")), "early": reaction is not None and reaction < 0}
     row.update(heard=heard_lighthouse(text), agent_words=agent_words_in(text), reaction_ms=reaction)
     row.update(wer=round(wer(CLIP_TEXT, text or ""), 3), clip_match=round(peak, 3), played_ms=spoken.get("played_ms"))
     row["passed"] = row["stopped"] and not row["early"] and row["heard"] and not row["agent_words"]
-    return {**row, "transcription": text}
+    return {**row, "transcription": text, **failure(reply["result"])}
 
 
 def alone(w: Any, model: Path) -> dict[str, Any]:
-    pid, began = w.server.proc.pid, time.monotonic()
-    cpu = proc_stats(pid)["cpu_s"]
+    pid, began, cpu = w.server.proc.pid, time.monotonic(), proc_stats(w.server.proc.pid)["cpu_s"]
     result = agent_alone(w, model)
-    wall = time.monotonic() - began
-    data = result.get("structuredContent") or {"error": result}
+    wall, data = time.monotonic() - began, result.get("structuredContent") or {}
     spoken = data.get("spoken", {})
     row = {"stopped": bool(spoken.get("interrupted")), "agent_words": agent_words_in(data.get("transcription"))}
     row.update(played_ms=spoken.get("played_ms"), cpu_pct=round(100 * (proc_stats(pid)["cpu_s"] - cpu) / wall, 1))
-    row["passed"] = not row["stopped"] and not row["agent_words"] and not data.get("error")
-    return {**row, "transcription": data.get("transcription")}
+    row["passed"] = not row["stopped"] and not row["agent_words"] and not result.get("isError")
+    return {**row, "transcription": data.get("transcription"), **failure(result)}
 
 
-def series(opts: argparse.Namespace, workdir: Path, mic: VirtualMic, monitor: Monitor) -> dict[str, list]:
+def failure(result: dict[str, Any]) -> dict[str, str]:  # the error a failed call returned (its text)
+    return {"error": result["content"][0]["text"][:300]} if result.get("isError") else {}
+
+
+def series(opts: Any, workdir: Path, mic: VirtualMic, monitor: Monitor) -> dict[str, list]:
     rows: dict[str, list] = {"cut_in": [], "alone": []}
     log = workdir / "server.log"
     env = speaking_env(mic.env, workdir, ROOT / "tests" / "assets" / "voices", MCP_LISTEN_BARGE_IN="true")
     with wire(env, stderr_path=log) as w:
         w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
-        offset = 0
+        offset = log.stat().st_size
         for i in range(opts.runs):
             for case in ("cut_in", "alone"):
                 try:
@@ -110,7 +101,8 @@ def summarise(rows: dict[str, list]) -> dict[str, Any]:
         for key in ("passed", "stopped", "agent_words", "error", "early", "heard"):
             out[case][key] = sum(1 for r in runs if r.get(key))
     cut = rows["cut_in"]
-    out["cut_in"]["reaction_ms"] = summary(r["reaction_ms"] for r in cut if (r.get("reaction_ms") or -1) >= 0)
+    stops = [r["reaction_ms"] for r in cut if r.get("stopped") and (r.get("reaction_ms") or -1) >= 0]
+    out["cut_in"]["reaction_ms"] = summary(stops)
     out["cut_in"]["wer_pct"] = summary(100 * r["wer"] for r in cut if "wer" in r)
     out["alone"]["cpu_pct"] = summary(r["cpu_pct"] for r in rows["alone"] if "cpu_pct" in r)
     return out
@@ -118,15 +110,15 @@ def summarise(rows: dict[str, list]) -> dict[str, Any]:
 
 def show(report: dict[str, Any]) -> None:
     for case, s in report["summary"].items():
-        print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} divergences, {s}")
-    print(f"reaction: {fmt(report['summary']['cut_in']['reaction_ms'])}")
-    print(f"machine: {report['machine']['cpu_busy_during_run_pct']} % of all CPUs busy during the run")
+        print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} diverged, {fmt(s.get('reaction_ms'))}")
+    print(f"server log: {report['log']}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse(argv)
-    began, busy = time.monotonic(), run.CpuBusy()
-    report: dict[str, Any] = {"machine": run.machine(), "config": {"runs": opts.runs, "model": opts.model.name}}
+    opts = stats.cli(__doc__, argv, ("--runs", 20, "runs of each case, in a row"),
+                     ("--json", ROOT / "bench" / "results-barge-live.json", "the report"),
+                     ("--model", TEST_MODEL, "the whisper model"))  # fmt: skip
+    run = stats.Run("pywebrtc-audio", "piper-tts", runs=opts.runs, model=opts.model.name)
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-barge-live-"))
     mic = VirtualMic().start()
     refresh_portaudio(mic.env)
@@ -136,11 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         monitor.close()
         mic.close()
-        report["machine"].update(cpu_busy_during_run_pct=busy.percent(), loadavg_end=run.loadavg())
-        report["elapsed_s"] = round(time.monotonic() - began, 1)
+    report = {**run.end(), "log": str(workdir / "server.log"), "summary": summarise(rows), "runs": rows}
+    if all(row["passed"] for case in rows.values() for row in case):  # else the server's log stays, to read
         shutil.rmtree(workdir, ignore_errors=True)
-    report.update(summary=summarise(rows), runs=rows)
-    run.save_report(report, opts.json, show)
+    stats.save_report(report, opts.json, show)
     return 0
 
 
