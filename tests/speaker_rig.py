@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vmic import SOURCE
+from vmic import SINK, SOURCE, TICK_SINK
 
 FOX = "The quick brown fox jumps over the lazy dog."
 LONG = " ".join(
@@ -117,3 +117,41 @@ def transcribe(samples: np.ndarray, model_path: Path, rate: int = 16000) -> str:
 
         audio = soxr.resample(audio, rate, 16000)
     return Transcriber(threads=2).transcribe(audio, path=model_path)
+
+
+PHONES = "vmic_phones"
+"""A second null sink on the rig's sound server that the microphone never hears: headphones."""
+
+
+def sound_devices(vmic: Any, folder: Path, *, speaker: str = SINK, microphone: str = SOURCE) -> dict[str, str]:
+    """A server's ALSA_CONFIG_PATH whose default device plays into `speaker` and records from `microphone`
+    (names on the rig's sound server; one that does not exist is a device that cannot open)."""
+    conf = folder / "asound.conf"
+    conf.write_text(
+        "pcm.!default {\n    type asym\n"
+        f"    capture.pcm {{ type pulse device {microphone} }}\n"
+        f"    playback.pcm {{ type pulse device {speaker} }}\n}}\n"
+        "ctl.!default {\n    type pulse\n}\n"
+    )
+    return {"ALSA_CONFIG_PATH": str(conf)}
+
+
+@contextmanager
+def headphones(vmic: Any, folder: Path) -> Iterator[dict[str, str]]:
+    """The agent's voice into headphones (PHONES, rendered in 20 ms steps as the rig's sink is) while the
+    microphone stays the rig's: no echo path. Yields the server's ALSA_CONFIG_PATH for it."""
+
+    def pactl(*args: str) -> str:
+        done = subprocess.run(["pactl", *args], env=vmic.child_env(), capture_output=True, text=True, timeout=10)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    sink = pactl("load-module", "module-null-sink", f"sink_name={PHONES}", "rate=16000", "channels=1", "format=s16le")
+    loop = pactl("load-module", "module-loopback", f"source={PHONES}.monitor", f"sink={TICK_SINK}", "latency_msec=20")
+    try:
+        pactl("suspend-sink", PHONES, "1")  # re-armed for the loopback's 20 ms, not a first 2 s block
+        pactl("suspend-sink", PHONES, "0")
+        yield sound_devices(vmic, folder, speaker=PHONES)
+    finally:
+        pactl("unload-module", loop)
+        pactl("unload-module", sink)

@@ -22,7 +22,7 @@ from mcp_listen.contract.limits import (
     SAMPLE_RATE,
     SAMPLE_RATE_KHZ,
 )
-from mcp_listen.contract.results import wire
+from mcp_listen.contract.results import Conversed, wire
 from mcp_listen.engine.engine import Engine
 from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, InvalidArgument, ListenError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL
@@ -124,15 +124,29 @@ def converse(opts: argparse.Namespace, settings: Settings) -> int:
 
     def turn(say: _Say) -> Any:
         result = Engine(settings).converse(args, progress=say)
-        if result.cut_in_after_s is not None:
-            say(0, None, f"(the speech stopped {result.cut_in_after_s * 1000:.0f} ms in: you spoke over it)")
-        elif result.spoken.played_ms is not None:
-            say(0, None, "(the speech played to its end: nobody spoke over it)")
-        if result.listening_after_s is not None:
-            say(0, None, f"(listening began {result.listening_after_s * 1000:.0f} ms after the speech ended)")
+        for line in turn_lines(result, words=say.live):
+            say(0, None, line)
         return result
 
     return _voice_command(turn)
+
+
+def turn_lines(result: Conversed, *, words: bool) -> list[str]:
+    """What `converse` says on stderr once the turn is over (the engine's progress said when the user cut
+    in, as it happened): that they did and, with `words` (a terminal), what was heard; or that the speech
+    played out; how soon listening began after it; and why barge-in did not run (its warning)."""
+    lines = []
+    heard = result.answer.text
+    if result.cut_in_after_s is not None:
+        said = f': heard "{heard}"' if words and heard else ""
+        lines.append(f"(you spoke over the speech {result.cut_in_after_s * 1000:.0f} ms in{said})")
+    elif result.spoken.played_ms is not None:
+        lines.append("(the speech played to its end: nobody spoke over it)")
+    if result.listening_after_s is not None:
+        lines.append(f"(listening began {result.listening_after_s * 1000:.0f} ms after the speech ended)")
+    if result.answer.warning:
+        lines.append(f"({result.answer.warning})")
+    return lines
 
 
 def _voice_command(run: Callable[[_Say], Any]) -> int:

@@ -43,24 +43,28 @@ BARGE_IN = "Barge-in (echo canceller)"
 
 
 def check_barge_in(settings: Settings) -> Check:
-    """The echo canceller loads and cleans a window, as converse with barge_in uses it; without it,
-    converse falls back to listening after the speech (a warning: nothing else needs it)."""
+    """The echo canceller loads and cleans a window, as converse and speak_text with barge_in use it;
+    without it they fall back to speaking without listening (a warning: nothing else needs it)."""
     from mcp_listen.audio import echo
 
-    on = "on" if settings.defaults.barge_in else "off (MCP_LISTEN_BARGE_IN=true turns it on)"
+    on = settings.defaults.barge_in
+    state = "on" if on else "off"
+    switch = f"MCP_LISTEN_BARGE_IN={str(not on).lower()} turns it {'off' if on else 'on'}"
+    data = {"default": on}
     if not echo.available():
-        detail = "the echo canceller (pywebrtc-audio) is not installed: converse listens only after it speaks"
-        return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK)
+        detail = f"barge-in is {state}, but the echo canceller (pywebrtc-audio) is not installed: {FALLBACK}"
+        return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK, {**data, "fallback": "half-duplex"})
     try:
         import numpy as np
 
         echo.Canceller().clean(np.zeros(512, np.int16), np.zeros(512, np.int16))
-    except Exception as exc:  # noqa: BLE001 - a broken native library: say so, converse falls back
-        detail = f"the echo canceller failed to run ({type(exc).__name__}): converse listens only after it speaks"
-        return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK)
-    return Check(
-        "barge_in", BARGE_IN, OK, f"WebRTC AEC3 ready; barge-in {on}", data={"default": settings.defaults.barge_in}
-    )
+    except Exception as exc:  # noqa: BLE001 - a broken native library: say so, the tools fall back
+        detail = f"barge-in is {state}, but the echo canceller failed to run ({type(exc).__name__}): {FALLBACK}"
+        return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK, {**data, "fallback": "half-duplex"})
+    return Check("barge_in", BARGE_IN, OK, f"WebRTC AEC3 ready; barge-in {state} ({switch})", data=data)
+
+
+FALLBACK = "converse listens only after it speaks and speak_text plays without listening, each saying so in its warning"
 
 
 def check_speak_extra() -> Check:

@@ -101,6 +101,9 @@ def _speak(sub: Any) -> None:
     speak.add_argument("--device", help="output device id, index or name (see: mcp-listen devices --kind output)")
 
 
+BARGE_IN_WORD = "on" if limits.BARGE_IN_BY_DEFAULT else "off"
+
+
 def _converse(sub: Any) -> None:
     converse = sub.add_parser("converse", help="say a text, then listen for the answer (converse) and print both")
     converse.add_argument("text")
@@ -111,7 +114,8 @@ def _converse(sub: Any) -> None:
         "--barge-in",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="let the user talk over the speech: it stops when they speak (default MCP_LISTEN_BARGE_IN, else off)",
+        help="let the user talk over the speech: it stops when they speak, and stderr says so with what was heard; "
+        f"--no-barge-in listens only after it (default MCP_LISTEN_BARGE_IN, else {BARGE_IN_WORD})",
     )
     _recording_options(converse, stop_default=True, dictation=True)
     _whisper_options(converse)

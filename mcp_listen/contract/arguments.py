@@ -259,7 +259,8 @@ class SpeakArgs(ToolArgs):
         description="true: the default microphone listens while the speech plays (its echo cancelled) and the "
         "speech stops as soon as the user talks over it; the call then returns at once with interrupted true "
         "(call transcribe_voice next for their words, or use converse, which keeps them). Needs wait true. "
-        "Default false.",
+        "Default {barge_in} with wait true (MCP_LISTEN_BARGE_IN); with wait false it never listens. Without the "
+        "echo canceller or a microphone, the speech plays without listening and `warning` says so.",
     )
 
 
@@ -284,7 +285,8 @@ class ConverseArgs(TranscribeArgs):
         description="Let the user talk over the speech: the microphone listens while it plays (its echo "
         "cancelled), the speech stops when the user speaks, and what they said from their first word is the "
         "answer (spoken.interrupted true, spoken.played_ms how much they heard). false: listen only after the "
-        "speech. Default {barge_in}.",
+        "speech. Default {barge_in} (MCP_LISTEN_BARGE_IN). Without the echo canceller the turn listens only after "
+        "the speech and `warning` says so.",
     )
 
 

@@ -68,6 +68,11 @@ of babble. The longest words of any language are far shorter; a longer one is da
 """Longest text speak_text says in one call (about ten minutes of speech)."""
 MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 """speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
+BARGE_IN_BY_DEFAULT = False
+"""Whether converse and speak_text (with wait true) let the user talk over the speech when the call does
+not say (MCP_LISTEN_BARGE_IN sets it for a user). Off until barge-in holds on a live machine: every run of
+bench/barge_live.py passing. Without the echo canceller, or a microphone beside the speaker, the call falls
+back to speaking without listening and says so in its `warning`."""
 DEVICE_KINDS = ("input", "output", "all")
 """What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""
 DEFAULT_DEVICE_KIND = "input"
@@ -109,11 +114,13 @@ class Defaults:
     end_of_turn: str = DEFAULT_END_OF_TURN
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     voice: str = DEFAULT_VOICE
-    barge_in: bool = False
+    barge_in: bool = BARGE_IN_BY_DEFAULT
 
     def words(self) -> dict[str, Any]:
-        """Values for the `{name}` placeholders of descriptions (all constants, plus these)."""
-        return {**CONSTANTS, **asdict(self)}
+        """Values for the `{name}` placeholders of descriptions (all constants, plus these); a boolean as JSON
+        writes it (`true`), the way the caller passes it."""
+        mine = {name: str(value).lower() if isinstance(value, bool) else value for name, value in asdict(self).items()}
+        return {**CONSTANTS, **mine}
 
 
 ACCEPTED = {

@@ -207,7 +207,9 @@ class Engine:
             def listening() -> None:
                 claim.device, claim.speaking = name, False
                 if progress:
-                    progress(0, plan.max_ms, f"Listening on {name} (up to {plan.max_ms / 1000:g} s)")
+                    cut_in = speech_first.cut_in_after_s if speech_first is not None else None
+                    said = "" if cut_in is None else f"The user spoke over the speech {cut_in:.1f} s in: it stopped. "
+                    progress(0, plan.max_ms, f"{said}Listening on {name} (up to {plan.max_ms / 1000:g} s)")
 
             if speech_first is None:
                 listening()

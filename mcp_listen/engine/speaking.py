@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from mcp_listen.contract.results import AnyOf, Cancel, Spoken, Stopped
 from mcp_listen.engine.barge import BargeIn
 from mcp_listen.engine.playback import Playback
 from mcp_listen.engine.turn import SpeechFirst
-from mcp_listen.errors import Cancelled, InvalidArgument
+from mcp_listen.errors import Cancelled, CaptureError, InvalidArgument
 from mcp_listen.speech.listener import VoiceDetector
 from mcp_listen.speech.vad import SileroVAD
 from mcp_listen.voice.readable import readable
@@ -40,6 +40,18 @@ STOP_WAIT_S = 1.0
 """The longest stop_speaking waits for the device to let go (it takes ~10-50 ms: one write block)."""
 STOP_POLL_S = 0.005
 """How often stop_speaking looks whether the claim has stopped speaking."""
+NO_MICROPHONE_SPEAK = (
+    "barge_in needs the default microphone open beside the speaker, and it could not be opened ({reason}): the "
+    "speech played without listening. Check it with: mcp-listen doctor."
+)
+CANCELLER_FAILED = (
+    "Barge-in's echo canceller (pywebrtc-audio) failed to start ({reason}): this turn listened after the speech "
+    "instead. Reinstall it: pip install --force-reinstall 'mcp-listen[speak]'."
+)
+CANCELLER_FAILED_SPEAK = (
+    "barge_in's echo canceller (pywebrtc-audio) failed to start ({reason}): the speech played without listening. "
+    "Reinstall it: pip install --force-reinstall 'mcp-listen[speak]'."
+)
 
 
 class NowPlaying:
@@ -109,12 +121,13 @@ class SpeechOutput:
                 "barge_in true needs wait true: the call returns when the user talks over the speech. Give one of "
                 "them, or use converse to keep what the user says."
             )
+        barge_in = self.barge_in(args.barge_in, args.wait)
         voice = self.voice(args.voice)
         device = self.devices.resolve_output(args.device)
         cancel = linked(stop, self.shutdown)
-        if args.barge_in and echo.available():
+        if barge_in and echo.available():
             return self._speak_until_the_user_talks(args, voice, device, cancel, received)
-        warning = echo.ECHO_UNAVAILABLE_SPEAK if args.barge_in else None
+        warning = echo.ECHO_UNAVAILABLE_SPEAK if barge_in else None
         claim = self.recorder.claim("speak_text", stop=cancel)
         claim.device, claim.speaking = device.name, True
         playback = self.playback(voice, device.index, cancel, self.recorder.portaudio)
@@ -148,26 +161,49 @@ class SpeechOutput:
         self, args: SpeakArgs, voice: VoiceInfo, device: Any, cancel: Cancel, received: float
     ) -> Spoken:
         """speak_text with barge_in: the speech plays into the open default microphone (engine/barge.py)
-        and the call returns as soon as the user talks over it, or once it played out."""
+        and the call returns as soon as the user talks over it, or once it played out. Without a
+        microphone beside the speaker, or a canceller that starts, it plays without listening and says so."""
+        speed = speed_of(args.speed)
         playback = self.playback(voice, device.index, cancel, self.recorder.portaudio.shared)
-        turn = BargeIn(playback, args.text, speed_of(args.speed), self.onset_detector())
-        find = lambda: self.devices.resolve(None)  # noqa: E731
+        turn: BargeIn | None = None
+        warning = None
         try:
-            with self.recorder.claimed("speak_text", stop=cancel) as claim, self.now.during(playback):
+            with (
+                self.recorder.claimed("speak_text", stop=cancel) as claim,
+                self.now.during(playback),
+                ExitStack() as on,
+            ):
                 claim.device, claim.speaking = device.name, True
-                with self.recorder.open(find, stop=cancel, beside_speaker=True) as microphone:
+                microphone, warning = self._microphone_beside_the_speaker(on, cancel)
+                turn, failed = (None, None) if microphone is None else self.barge_turn(playback, args.text, speed)
+                if turn is None:
+                    warning = warning or CANCELLER_FAILED_SPEAK.format(reason=failed)
+                    playback.run(args.text, speed)
+                else:
                     next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
         except Cancelled:
             pass  # as without barge_in: a cancelled speech is an interrupted one
         finally:
-            turn.close()
+            if turn is not None:
+                turn.close()
         if playback.error is not None:
             raise playback.error
         played = playback.played
         if played is None:
-            return Spoken(voice.name, 0, None, interrupted=True)
+            return Spoken(voice.name, 0, None, interrupted=True, warning=warning)
         first = ms_between(received, played.first_audio_at)
-        return Spoken(voice.name, played.duration_ms, first, played.interrupted or turn.barged_at is not None)
+        cut_in = turn is not None and turn.barged_at is not None
+        return Spoken(voice.name, played.duration_ms, first, played.interrupted or cut_in, warning=warning)
+
+    def _microphone_beside_the_speaker(self, on: ExitStack, cancel: Cancel) -> tuple[Any, str | None]:
+        """The default microphone, open (until `on` closes) to listen while the speaker plays; else None and
+        the warning that says why (none, busy, or the sound system refuses a second stream)."""
+        find = lambda: self.devices.resolve(None)  # noqa: E731
+        try:
+            return on.enter_context(self.recorder.open(find, stop=cancel, beside_speaker=True)), None
+        except CaptureError as exc:
+            log.warning("barge-in: no microphone beside the speaker (%s): speaking without listening", exc.code)
+            return None, NO_MICROPHONE_SPEAK.format(reason=exc.message)
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> Stopped:
         """stop_speaking: cut the speech playing now short, whichever call started it, and say how
@@ -218,7 +254,29 @@ class SpeechOutput:
         if not echo.available():
             log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
             return SpeechFirst(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
-        return BargeIn(playback, text, speed_of(speed), self.onset_detector()), None
+        turn, failed = self.barge_turn(playback, text, speed_of(speed))
+        if turn is None:
+            return SpeechFirst(playback, text, speed_of(speed)), CANCELLER_FAILED.format(reason=failed)
+        return turn, None
+
+    def barge_in(self, asked: bool | None, wait: bool | None = True) -> bool:
+        """Whether a call listens while it speaks: as asked, else the configured default (MCP_LISTEN_BARGE_IN),
+        which a speak_text with wait false never takes (it returns before the speech ends: nobody would hear
+        the user)."""
+        if asked is not None:
+            return asked
+        return self.settings.defaults.barge_in and wait is not False
+
+    def barge_turn(self, playback: Playback, text: str, speed: float) -> tuple[BargeIn | None, str | None]:
+        """The barge-in turn, or None and why when its echo canceller (a native library) or its onset
+        detector fails to start: a broken install must not fail every call while barge-in is on by default."""
+        try:
+            return BargeIn(playback, text, speed, self.onset_detector()), None
+        except (ImportError, OSError, RuntimeError) as exc:
+            log.warning(
+                "barge-in's echo canceller failed to start (%s): speaking without listening", type(exc).__name__
+            )
+            return None, type(exc).__name__
 
     def onset_detector(self) -> VoiceDetector:
         """Barge-in's own Silero session, made on first use."""

@@ -62,6 +62,11 @@ class SpeechFirst:
             break
         yield from heard
 
+    @property
+    def cut_in_after_s(self) -> float | None:
+        """From the speech's first sound to the user's voice stopping it: never, half-duplex (barge.py's can)."""
+        return None
+
     def close(self) -> None:
         """The call is over: a speech still playing (the call failed or was cancelled) stops now."""
         if self._started and not self.playback.ended.is_set():

@@ -5,9 +5,15 @@ talks — stops the speech and becomes the answer."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+
 import pytest
 from rpc import wire
-from speaker_rig import agent_alone, agent_words_in, user_cuts_in
+from speaker_rig import CUT_IN_AFTER_S, FOX, LONG, agent_alone, agent_words_in, headphones, user_cuts_in
+from speech_checks import heard_lighthouse, speech_clip
 
 # The user's onset must be found within seconds of real-time echo cancellation: on a machine that the
 # parallel tiers load, the canceller's windows come late. They run alone (tools/dev test).
@@ -60,3 +66,44 @@ def test_speak_text_with_barge_in_stops_and_returns_when_the_user_talks(speak_en
     assert data["interrupted"] is True and 1000 < data["duration_ms"] < 10_000, data
     assert returned_after < 3.0, returned_after  # long before the 20 s speech would have ended
     assert free["recording"] is False and "speaking" not in free, free
+
+
+@pytest.mark.xfail(
+    reason="AEC3 alone damps the user's voice 14-45 dB while the agent speaks, even with no echo path (measured "
+    "offline): the user is missed or their first words lost; the echo model of the barge-in work is to lift it",
+    strict=False,
+)
+def test_with_headphones_the_user_cuts_in_as_over_a_speaker(speak_env, vmic, model_path, tmp_path):
+    """No echo path: the agent plays into headphones the microphone never hears (the rig's second sink).
+    The echo's delay search finds no echo, and the user talking over the agent stops it all the same;
+    their words come through whole, the canceller having nothing to take out."""
+    args = {"whisper_model": str(model_path), "silence_ms": 800}
+    with headphones(vmic, tmp_path) as devices, wire({**speak_env, **devices, "MCP_LISTEN_BARGE_IN": "true"}) as w:
+        w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
+        reply, _ = user_cuts_in(w, vmic, "converse", args)
+    assert not reply["result"].get("isError"), reply
+    data = reply["result"]["structuredContent"]
+    assert data["spoken"]["interrupted"] is True and "warning" not in data, data
+    assert heard_lighthouse(data["transcription"]) and agent_words_in(data["transcription"]) == [], data
+
+
+def test_the_cli_shows_the_user_cutting_in_as_it_happens_and_no_barge_in_turns_it_off(speak_env, vmic, model_path):
+    """`mcp-listen converse` with barge-in on (the setting): stderr says when the user cut in, as it happens,
+    then sums it up; the JSON says interrupted. --no-barge-in listens only after the speech."""
+    env = {**speak_env, "MCP_LISTEN_BARGE_IN": "true"}
+    run = [sys.executable, "-m", "mcp_listen", "converse", "--whisper-model", str(model_path), "--silence-ms", "800"]
+    cli = subprocess.Popen([*run, LONG], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert cli.stderr is not None
+    before = [cli.stderr.readline()]  # "Speaking on ...": the voice loads, then the speech starts
+    time.sleep(CUT_IN_AFTER_S + 1.0)
+    vmic.play(speech_clip())
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 0, err
+    said = "".join(before) + err
+    assert json.loads(out)["spoken"]["interrupted"] is True, (out, said)
+    assert "The user spoke over the speech" in said and "it stopped. Listening on" in said, said
+    assert "(you spoke over the speech" in said, said
+    off = subprocess.run([*run, "--no-barge-in", "--duration-ms", "1500", FOX], env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert off.returncode == 0, off.stderr
+    assert "played_ms" not in json.loads(off.stdout)["spoken"] and "listening began" in off.stderr, off.stderr

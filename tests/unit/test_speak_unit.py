@@ -13,7 +13,7 @@ from rpc import ALL_TOOLS, LISTENING_TOOLS
 
 from mcp_listen.config import Settings, load_settings
 from mcp_listen.contract import arguments, results
-from mcp_listen.contract.limits import DEFAULT_VOICE, MAX_SPEAK_CHARS, MAX_WORD_CHARS
+from mcp_listen.contract.limits import DEFAULT_VOICE, MAX_SPEAK_CHARS, MAX_WORD_CHARS, Defaults
 from mcp_listen.contract.results import Spoken, Status, wire
 from mcp_listen.errors import DeviceBusy, InvalidArgument
 from mcp_listen.voice.pieces import MAX_FIRST_WORDS, first_piece, pieces
@@ -345,10 +345,13 @@ class FakeOutputs:
 
         @contextmanager
         def opened():
-            with portaudio:
+            portaudio.acquire()  # the lone lock or its shared side (speech beside a microphone)
+            try:
                 out = FakeSpeaker(sample_rate, stop)
                 self.opened.append(out)
                 yield out
+            finally:
+                portaudio.release()
 
         return opened()
 
@@ -360,13 +363,17 @@ class FakeDevices:
         return SimpleNamespace(index=7, name="Fake Speaker")
 
 
-def _engine(voices: FakeVoices | None = None):
+HALF_DUPLEX = Settings(defaults=Defaults(barge_in=False))
+"""The engine tests below speak without listening, whatever barge-in's default (no microphone in them)."""
+
+
+def _engine(voices: FakeVoices | None = None, settings: Settings = HALF_DUPLEX, devices: Any = None):
     from mcp_listen.engine.engine import Engine
 
     voices = voices or FakeVoices()
     outputs = FakeOutputs()
-    engine = Engine(Settings(), voices=voices, speakers=outputs, devices=FakeDevices())  # type: ignore[arg-type]
-    return engine, voices, outputs
+    parts = {"voices": voices, "speakers": outputs, "devices": devices or FakeDevices()}
+    return Engine(settings, **parts), voices, outputs  # type: ignore[arg-type]
 
 
 def test_speaking_plays_every_sentence_on_the_resolved_device_and_frees_it():
@@ -381,7 +388,7 @@ def test_speaking_plays_every_sentence_on_the_resolved_device_and_frees_it():
 def test_the_default_voice_comes_from_the_settings():
     from mcp_listen.engine.engine import Engine
 
-    settings = load_settings({"MCP_LISTEN_VOICE": "en_US-joe-medium"})
+    settings = load_settings({"MCP_LISTEN_VOICE": "en_US-joe-medium", "MCP_LISTEN_BARGE_IN": "false"})
     engine = Engine(settings, voices=FakeVoices(), speakers=FakeOutputs(), devices=FakeDevices())  # type: ignore[arg-type]
     assert engine.speak(parse(text="Hi.")).voice == "en_US-joe-medium"
 
@@ -648,3 +655,82 @@ def test_a_speaker_that_cannot_open_is_a_named_error_and_frees_portaudio():
     while lock.locked() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not lock.locked()
+
+
+# ---------------------------------------------------------------- barge-in's default and its fallbacks
+
+
+def test_barge_in_s_default_is_one_constant_that_the_setting_overrides():
+    from mcp_listen.contract import limits
+
+    assert (
+        Defaults().barge_in is limits.BARGE_IN_BY_DEFAULT and Settings().defaults.barge_in is limits.BARGE_IN_BY_DEFAULT
+    )
+    assert load_settings({"MCP_LISTEN_BARGE_IN": "true"}).defaults.barge_in is True
+    assert load_settings({"MCP_LISTEN_BARGE_IN": "false"}).defaults.barge_in is False
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_schemas_state_barge_in_s_default_as_the_caller_writes_it(on):
+    word = "true" if on else "false"
+    speak = arguments.input_schema(arguments.SpeakArgs, Defaults(barge_in=on))["properties"]["barge_in"]
+    converse = arguments.input_schema(arguments.ConverseArgs, Defaults(barge_in=on))["properties"]["barge_in"]
+    assert f"Default {word} with wait true" in speak["description"], speak
+    assert f"Default {word} (MCP_LISTEN_BARGE_IN)" in converse["description"], converse
+    assert "True" not in speak["description"] + converse["description"]
+
+
+def test_speak_text_takes_barge_in_s_default_only_when_it_waits_for_the_speech():
+    """wait false returns before the speech ends: nobody would hear the user, so the default never applies
+    (and is not refused, as barge_in true with wait false is)."""
+    on, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}))
+    off, _, _ = _engine()
+    assert [on.speech.barge_in(None, wait) for wait in (None, True, False)] == [True, True, False]
+    assert [off.speech.barge_in(None, wait) for wait in (None, True, False)] == [False, False, False]
+    assert (on.speech.barge_in(False), off.speech.barge_in(True)) == (False, True)
+
+
+class NoMicrophone(FakeDevices):
+    def resolve(self, device: Any, *, rescan: bool = False) -> Any:
+        from mcp_listen.errors import DeviceNotFound
+
+        raise DeviceNotFound("No input device found.")
+
+
+def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why(monkeypatch):
+    """No microphone to open beside the speaker: the speech plays without listening and the result's
+    warning says so, naming the microphone's problem; the device is free afterwards."""
+    from mcp_listen.audio import echo
+
+    monkeypatch.setattr(echo, "available", lambda: True)
+    settings = load_settings({"MCP_LISTEN_BARGE_IN": "true"})
+    engine, _, outputs = _engine(settings=settings, devices=NoMicrophone())
+    spoken = engine.speak(parse(text="Hello there."))
+    assert (spoken.duration_ms, spoken.interrupted) == (300, False)
+    assert spoken.warning is not None and "No input device found" in spoken.warning, spoken
+    assert "played without listening" in spoken.warning
+    assert [int(s[0]) for s in outputs.opened[0].fed] == [1, 2, 3]
+    assert engine.recorder.active is None and not engine.recorder.portaudio.locked()
+    assert wire(spoken)["warning"] == spoken.warning
+
+
+@pytest.mark.parametrize("failure", [ImportError, OSError])
+def test_a_canceller_that_fails_to_start_leaves_converse_half_duplex_with_a_warning(monkeypatch, failure):
+    """A broken native library must not fail every converse while barge-in is on by default: the turn
+    listens after the speech (never while it plays) and the warning says why."""
+    from types import SimpleNamespace
+
+    from mcp_listen.audio import echo
+    from mcp_listen.engine import speaking
+    from mcp_listen.engine.turn import SpeechFirst
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise failure("libwebrtc_audio_processing.so: cannot open shared object file")
+
+    monkeypatch.setattr(echo, "available", lambda: True)
+    monkeypatch.setattr(speaking, "BargeIn", broken)
+    engine, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}))
+    turn, warning = engine.speech.turn(SimpleNamespace(), "Hi.", None, True)
+    assert type(turn) is SpeechFirst and warning is not None
+    assert failure.__name__ in warning and "listened after the speech" in warning
+    assert engine.speech.turn(SimpleNamespace(), "Hi.", None, False)[1] is None
