@@ -1,10 +1,6 @@
-"""The spoken material and how it is scored: espeak-ng sentences joined with natural pauses, the real
-recordings made playable, and word error rate.
-
-The espeak-ng clips come from the test helpers (audio_assets: espeak-ng + sox, cached), so they repeat
-byte for byte; their texts avoid numbers, which whisper writes as digits. The real recordings come
-from realspeech_data.py.
-"""
+"""The spoken material and its score: espeak-ng sentences joined with natural pauses (the test helpers'
+cached espeak-ng, so byte for byte the same; no numbers, which whisper writes as digits), the real
+recordings made playable, and word error rate."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import realspeech_data
 from rig import RATE
 from rig import audio_assets as A
 
@@ -64,10 +61,6 @@ class Clip:
         sample to 300 ms after the last (the span the whole-clip WERs transcribe)."""
         return A.read_wav(self.path)[max(0, self.first_loud - RATE) : self.last_loud + int(0.3 * RATE)]
 
-    def public(self) -> dict[str, Any]:
-        return {"name": self.name, "speech_s": round((self.last_loud - self.first_loud) / RATE, 2),
-                "words": len(words(self.text))}  # fmt: skip
-
 
 def clip(name: str, text: str, parts: list[Any]) -> Clip:
     path = A.concat(parts)
@@ -96,22 +89,16 @@ def playable(entry: dict, silence_ms: int) -> Clip:
     return clip(entry["id"], entry["text"], [A.silence(LEAD_MS), Path(entry["path"]), A.silence(silence_ms + 2000)])
 
 
-def real(only: str = "", cache: Path | None = None, language: str = "", pause_under_ms: int = 0) -> list[dict]:
+def real(only: str = "", language: str = "", pause_under_ms: int = 0) -> list[dict]:
     """The real recordings (realspeech_data.py builds them on first use): all, or the comma-separated
     ids of `only`, of one `language`, whose longest inner pause is under `pause_under_ms`."""
-    import realspeech_data
-
-    entries = realspeech_data.load(cache or realspeech_data.DEFAULT_CACHE)
-    return [e for e in entries if (not only or e["id"] in only.split(",")) and (not language or e["language"] == language)
+    return [e for e in realspeech_data.load() if (not only or e["id"] in only.split(",")) and (not language or e["language"] == language)
             and (not pause_under_ms or e["longest_pause_ms"] < pause_under_ms)]  # fmt: skip
 
 
 def words(text: str) -> list[str]:
-    """Lowercase words without punctuation or accents; numbers stay as written ("ten" != "10").
-
-    Accents go because the Asterisk transcripts omit many ("numero") where whisper writes them
-    ("número"); apostrophes inside words stay ("d'echo").
-    """
+    """Lowercase words, no punctuation, no accents (the Asterisk transcripts omit many that whisper
+    writes), apostrophes inside words kept ("d'echo"), numbers as written ("ten" != "10")."""
     text = unicodedata.normalize("NFKD", (text or "").lower().replace("\u2019", "'"))
     text = re.sub(r"[^\w']+|_", " ", "".join(ch for ch in text if not unicodedata.combining(ch)))
     return [w.strip("'") for w in text.split() if w.strip("'")]

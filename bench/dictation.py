@@ -2,11 +2,8 @@
 
     python bench/dictation.py [--minutes 10] [--short-runs 3] [--threads 0] [--busy 1 --busy-nice 10] [--json OUT]
 
-The real English recordings (realspeech_data.py) back to back, 500 ms apart, play into one
-`transcribe_voice` (duration_ms 600000, silence_ms 1500): about 10 s of speech `--short-runs` times,
-then `--minutes` of it. Per run: the wait from "Recording finished" to the result; the result after
-the silence window (last loud sample + silence_ms -> result, playback latency included); the longest
-gap between progress notifications; RSS 10 s in, every minute, at the end and at peak; WER.
+The real English recordings back to back, 500 ms apart, into one `transcribe_voice` (silence_ms 1500):
+~10 s of speech `--short-runs` times, then `--minutes` of it. bench/README.md explains each figure.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clips import errors, real
+from clips import real, wer
 from rig import RATE, ROOT, TEST_MODEL, Rig, busy_cpus, close_server, proc_stats, stop_player
 from rig import audio_assets as A
 from stats import Run, cli, save_report
@@ -70,7 +67,6 @@ def one_run(rig: Rig, model: Path, wav: Path, reference: str, speech_end_s: floa
     result = msg["result"]["structuredContent"]
     finished = server.notice(token, "Recording finished")
     listening = [t for t, _ in server.progress_for(token) if t <= finished]
-    wrong, total = errors(reference, result.get("transcription") or "")
     return {"speech_s": round(speech_end_s, 1), "stopped_by": result.get("stopped_by"),
             "wait_ms": round((t_reply - finished) * 1000, 1),
             "after_speech_ms": round((t_reply - t_play - speech_end_s) * 1000 - SILENCE_MS, 1),
@@ -78,7 +74,7 @@ def one_run(rig: Rig, model: Path, wav: Path, reference: str, speech_end_s: floa
             "rss_10s_mb": next((m for t, m in rss if t >= t_play + 10), None),
             "rss_every_minute_mb": [round(m, 1) for t, m in rss if (t - t_play) % 60 < 1],
             "rss_end_mb": round(stats["VmRSS"], 1), "rss_peak_mb": round(stats["VmHWM"], 1),
-            "wer": round(wrong / max(1, total), 3)}  # fmt: skip
+            "wer": round(wer(reference, result.get("transcription") or ""), 3)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

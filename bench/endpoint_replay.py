@@ -1,14 +1,10 @@
 """Where the endpointer stops on real voices and in noisy rooms, replayed offline (no clock).
 
-    python bench/endpoint_replay.py [--phases 8] [--set NAME=VALUE ...] [--only real,espeak,loud,quiet,rooms,pauses]
+    python bench/endpoint_replay.py [--phases 8] [--set NAME=VALUE,...] [--only real,espeak,loud,quiet,rooms,pauses]
 
-Capture through the virtual microphone is bit-exact, so feeding a clip window by window through the
-server's SileroVAD + Endpointer in this process gives the decisions the server makes live for the same
-window alignment (`--phases` per clip). Counted in samples: a loaded machine gives the same numbers.
-Stop = end of the last window − the end of speech (the last loud sample) − silence_ms; "early" is a
-stop under 0, a "cut" one before the end of speech, "by the credit" an early stop that the same replay
-without decay credit (Silero's own timing) did not make. `--set` overrides an EndpointConfig field.
-bench/README.md ("Endpoint replay") describes each set.
+Capture is bit-exact, so each clip fed window by window through the server's SileroVAD + Endpointer here
+gets the decisions the server makes live, at `--phases` window alignments, counted in samples (load-proof).
+bench/README.md ("Endpoint replay") describes each set and what "early", "cut" and "by the credit" mean.
 """
 
 from __future__ import annotations
@@ -22,9 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import clips
 import numpy as np
+import room_audio as R
 from rig import RATE, ROOT
 from rig import audio_assets as A
 from stats import Run, cli, save_report, summary
+
+from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
+from mcp_listen.speech.vad import SileroVAD
 
 LEAD = 300 * RATE // 1000
 QUIET_DBFS = -40.0
@@ -55,7 +55,6 @@ def replay(vad: Any, endpointer: Any, audio: Any, gate: bool = True) -> tuple[st
 
 def stop(audio: Any, end: int, config: Any, vad: Any) -> tuple[str | None, float, bool]:
     """(reason, stop − end − silence_ms in ms, whether the decay credit made it early)."""
-    from mcp_listen.speech.endpoint import Endpointer
 
     def ms(cfg: Any) -> tuple[str | None, float]:
         reason, window, _ = replay(vad, Endpointer(cfg), audio)
@@ -69,24 +68,29 @@ def stop(audio: Any, end: int, config: Any, vad: Any) -> tuple[str | None, float
 
 
 def stats(values: list[float], cuts: int, by_credit: int | None, other: list[str]) -> dict[str, Any]:
+    """The stops' spread with their raw values in replay order, early ones, cuts, those by the credit."""
     s = summary(values)
-    return {**{k: s.get(k) for k in ("median", "p90", "min", "max", "n", "values")}, "early": sum(v < 0 for v in values),
-            "cuts": cuts, "early_by_credit": by_credit, "not_silence": other}  # fmt: skip
+    return {**{k: s.get(k) for k in ("median", "p90", "min", "max", "n")}, "values": [round(v, 1) for v in values],
+            "early": sum(v < 0 for v in values), "cuts": cuts, "early_by_credit": by_credit, "not_silence": other}  # fmt: skip
 
 
-def judged(sets: dict[str, dict[str, Any]], config: Any, vad: Any, phases: int, noise: tuple | None = None) -> dict:
+def last_over(samples: Any, dbfs: float = QUIET_DBFS) -> int:
+    """The last sample above `dbfs`: where a listener hears the sentence end in a quiet room."""
+    return int(np.flatnonzero(np.abs(samples.astype(np.int32)) > 32768 * 10 ** (dbfs / 20))[-1])
+
+
+def judged(sets: dict[str, dict[str, Any]], config: Any, vad: Any, phases: int, noise: tuple | None = None,
+           end: Any = A.last_loud_sample) -> dict:  # fmt: skip
     """Each clip at `phases` alignments, in digital silence or in `noise` (kind, SNR; a seed per
-    alignment, from 1 s before the clip to 3 s after its last loud sample)."""
-    import room_audio as R
-
+    alignment, from 1 s before the clip to 3 s after its last loud sample); the end of speech is its
+    last loud sample unless `end` says otherwise."""
     out = {}
     for set_name, clips_ in sets.items():
         values, cuts, by_credit, other, per_clip = [], 0, 0, [], {}
         for name, samples in clips_.items():
             mine = []
             for n, phase in enumerate(range(0, 512, 512 // phases)):
-                mixed, last = R.speech_in_noise(samples, *noise, seed=7 + n) if noise else \
-                    (samples, A.last_loud_sample(samples))  # fmt: skip
+                mixed, last = R.speech_in_noise(samples, *noise, seed=7 + n) if noise else (samples, end(samples))
                 tail = 2 * RATE if noise else (config.silence_ms + 2000) * RATE // 1000
                 audio = np.concatenate([np.zeros(LEAD + phase, np.int16), mixed, np.zeros(tail, np.int16)])
                 reason, value, credit = stop(audio, LEAD + phase + last + 1, config, vad)
@@ -97,7 +101,7 @@ def judged(sets: dict[str, dict[str, Any]], config: Any, vad: Any, phases: int, 
                 if noise or value >= -config.silence_ms:  # in silence a cut is listed, not a stop
                     by_credit, mine = by_credit + credit, [*mine, value]
             values += mine
-            per_clip[name] = summary(mine).get("median") if not noise else min(mine, default=None)
+            per_clip[name] = min(mine, default=None) if noise else summary(mine).get("median")
         out[set_name] = {
             **stats(values, cuts, by_credit, other),
             ("per_clip_min" if noise else "per_clip_median"): per_clip,
@@ -108,35 +112,16 @@ def judged(sets: dict[str, dict[str, Any]], config: Any, vad: Any, phases: int, 
 def quiet(config: Any, vad: Any, phases: int) -> dict[str, Any]:
     """The 11 espeak sentences in digital silence, the stop against the last loud sample and against the
     last sample above QUIET_DBFS (the tail a listener still hears in a quiet room)."""
-    by_loud, by_level, cuts, by_credit, other = [], [], 0, 0, []
-    for text in clips.SENTENCES:
-        samples = A.read_wav(A.speech(text))
-        last = A.last_loud_sample(samples)
-        shift = int(np.flatnonzero(np.abs(samples.astype(np.int32)) > 32768 * 10 ** (QUIET_DBFS / 20))[-1]) - last
-        later = max(shift, 0)
-        for phase in range(0, 512, 512 // phases):  # judged against the later end; the other follows from it
-            audio = np.concatenate([np.zeros(LEAD + phase, np.int16), samples,
-                                    np.zeros((config.silence_ms + 2000) * RATE // 1000, np.int16)])  # fmt: skip
-            reason, value, credit = stop(audio, LEAD + phase + last + 1 + later, config, vad)
-            if reason != "silence":
-                other.append(f"{text[:24]}:{reason}")
-                continue
-            cuts += value + later * 1000 / RATE < -config.silence_ms
-            by_credit += credit
-            by_loud.append(value + later * 1000 / RATE)
-            by_level.append(value + (later - shift) * 1000 / RATE)
-    return {"by last loud sample": stats(by_loud, cuts, None, other),
-            f"by last sample over {QUIET_DBFS:g} dBFS": stats(by_level, cuts, by_credit, other),
-            "early by either": sum(min(a, b) < 0 for a, b in zip(by_loud, by_level))}  # fmt: skip
+    sentences = {text[:24]: A.read_wav(A.speech(text)) for text in clips.SENTENCES}
+    out = {**judged({"by last loud sample": sentences}, config, vad, phases),
+           **judged({f"by last sample over {QUIET_DBFS:g} dBFS": sentences}, config, vad, phases, end=last_over)}  # fmt: skip
+    pairs = zip(*(v["values"] for v in out.values()))  # the same replays in the same order, judged by each end
+    return {**out, "early by either": sum(min(a, b) < 0 for a, b in pairs)}
 
 
 def rooms(config: Any, vad: Any) -> dict[str, Any]:
     """Two sentences with a pause of silence_ms − 300 ms in fan and babble noise (3 seeds), and each
     noise alone for 11 s, which must end as no_speech_timeout."""
-    import room_audio as R
-
-    from mcp_listen.speech.endpoint import Endpointer
-
     first, second = (A.read_wav(A.speech(t)) for t in PAIRS[0])
     first, second = first[: np.flatnonzero(first)[-1] + 1], second[: np.flatnonzero(second)[-1] + 1]
     pause = config.silence_ms - 300
@@ -155,10 +140,6 @@ def rooms(config: Any, vad: Any) -> dict[str, Any]:
 def pauses(config: Any, vad: Any, phases: int) -> dict[str, Any]:
     """Inner pauses of silence_ms − 300/200/100/50 ms (last loud sample to the next first loud one)
     between two sentences, quiet and in each room: how many replays ended at the pause."""
-    import room_audio as R
-
-    from mcp_listen.speech.endpoint import Endpointer
-
     out = {}
     for short in (300, 200, 100, 50):
         cuts, runs = 0, 0
@@ -184,9 +165,6 @@ def pauses(config: Any, vad: Any, phases: int) -> dict[str, Any]:
 def gate_replay(silence_ms: int) -> dict[str, Any]:
     """What skipping Silero at a quiet room's floor changes: the 11 sentences at four speech levels over
     white noise at −60 and −45 dBFS, replayed with and without the gate (speech missed, stop moved)."""
-    from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
-    from mcp_listen.speech.vad import SileroVAD
-
     vad, rng = SileroVAD(), np.random.default_rng(5)
     missed, moved, skipped, windows = 0, [], 0, 0
     for floor_db in (-60, -45):
@@ -209,9 +187,6 @@ def gate_replay(silence_ms: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mcp_listen.speech.endpoint import EndpointConfig
-    from mcp_listen.speech.vad import SileroVAD
-
     opts = cli(__doc__, argv, ("--phases", 8, "window alignments per clip"), ("--silence-ms", 1000, "silence_ms"),
                ("--set", "", "EndpointConfig overrides, NAME=VALUE,..."), ("--only", "real,espeak,loud,quiet,rooms,pauses",
                "sections"), ("--json", ROOT / "bench" / "results-endpoint-replay.json", "the report"))  # fmt: skip
@@ -236,18 +211,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def show(report: dict) -> None:
-    for name, section in report.items():
-        if name in ("real", "espeak"):
-            print(f"{name}: stop median {section['median']} ms, p90 {section['p90']}, min {section['min']} "
-                  f"(n={section['n']}); early {section['early']} (by the credit {section['early_by_credit']}), cuts {section['cuts']}")  # fmt: skip
-        elif name in ("loud", "quiet", "rooms", "pauses"):
-            for k, v in section.items():
-                brief = (
-                    {x: v[x] for x in ("median", "p90", "min", "n", "early", "early_by_credit", "cuts")}
-                    if isinstance(v, dict)
-                    else v
-                )
-                print(f"{name}: {k}: {brief}")
+    keys = ("median", "p90", "min", "n", "early", "early_by_credit", "cuts")
+    rows = [(n, report[n]) for n in ("real", "espeak") if n in report]
+    rows += [(f"{s}: {k}", v) for s in ("loud", "quiet", "rooms", "pauses") for k, v in report.get(s, {}).items()]
+    for name, v in rows:
+        print(f"{name}: { ({x: v[x] for x in keys} if isinstance(v, dict) else v) }")
 
 
 if __name__ == "__main__":

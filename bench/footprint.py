@@ -1,4 +1,6 @@
-"""Memory, CPU and size: RSS idle and after calls, VAD CPU, device listing, the size of a fresh venv."""
+"""What the server costs: spawn -> `initialize` reply beside the MCP SDK's bare servers with no tools
+(spawned in turn, interleaved, so a change in load hits all alike) and what it imports before its first
+reply; device listing; RSS idle and after calls; VAD CPU; the size of a fresh venv."""
 
 from __future__ import annotations
 
@@ -9,12 +11,89 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import clips
 from rig import ROOT, Rig, TimedServer
 from rig import audio_assets as A
 from stats import summary
+
+from mcp_listen.speech.vad import SileroVAD
+
+BARE = {
+    "bare_lowlevel": "import anyio\nfrom mcp.server.lowlevel import Server\nfrom mcp.server.stdio import stdio_server\n"
+    "async def main():\n    server = Server('bare')\n    async with stdio_server() as (r, w):\n"
+    "        await server.run(r, w, server.create_initialization_options())\nanyio.run(main)",
+    "bare_mcpserver": "from mcp.server import MCPServer\nMCPServer('bare').run()",
+}
+"""The SDK's mcp.server.lowlevel.Server and its MCPServer (the former FastMCP), each with no tools."""
+COMMANDS = {"mcp_listen": ["-m", "mcp_listen"], **{name: ["-c", code] for name, code in BARE.items()}}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}  # fmt: skip
+HEAVY = ("numpy", "onnxruntime", "sounddevice", "pywhispercpp", "_pywhispercpp", "ollama", "httpx", "soxr")
+"""Must not be imported before the first request (httpx2, the SDK's own HTTP stack, is the SDK's)."""
+
+
+def time_initialize(args: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
+    """Seconds from spawn to the initialize reply's arrival."""
+    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
+    began = time.monotonic()
+    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                            env=dict(env))  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        elapsed = time.monotonic() - began
+        if b'"result"' not in line:
+            raise RuntimeError(f"{args[:2]} did not answer initialize: {line[:200]!r}")
+        proc.stdin.close()
+        proc.wait(timeout=10)
+        return elapsed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if stderr_path:
+            err.close()
+
+
+def startup(env: Mapping[str, str], runs: int) -> dict:
+    """Interleaved spawn timings after one unmeasured round (page cache, .pyc); the ratio of medians."""
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for r in range(runs + 1):
+        for name, args in COMMANDS.items():
+            elapsed = time_initialize(args, env) * 1000
+            if r:
+                times[name].append(elapsed)
+    out: dict = {name: summary(values) for name, values in times.items()}
+    out["ratio_vs_lowlevel"] = round(out["mcp_listen"]["median"] / out["bare_lowlevel"]["median"], 3)
+    out["ratio_vs_mcpserver"] = round(out["mcp_listen"]["median"] / out["bare_mcpserver"]["median"], 3)
+    return out
+
+
+def import_check(env: Mapping[str, str], workdir: Path) -> dict:
+    """What `python -X importtime -m mcp_listen` imports up to its first reply, beside the bare server."""
+    found: dict[str, dict[str, int]] = {}
+    for name in ("mcp_listen", "bare_lowlevel"):
+        log = workdir / f"importtime-{name}.txt"
+        time_initialize(["-X", "importtime", *COMMANDS[name]], env, stderr_path=log)
+        found[name] = {}
+        for line in log.read_text(errors="replace").splitlines():  # "import time: self | cumulative | name"
+            parts = line.removeprefix("import time:").split("|")
+            if line.startswith("import time:") and "cumulative" not in line and len(parts) == 3:
+                found[name][parts[2].strip()] = int(parts[0])
+    listen, bare = found["mcp_listen"], found["bare_lowlevel"]
+    heavy = sorted(m for m in listen if m.split(".")[0] in HEAVY)
+    extra = {m: us for m, us in listen.items() if m not in bare}
+    top = sorted(extra.items(), key=lambda kv: -kv[1])[:12]
+    return {"heavy_modules_imported": heavy, "ok": not heavy, "modules": len(listen), "modules_bare": len(bare),
+            "extra_modules": len(extra), "extra_self_ms": round(sum(extra.values()) / 1000, 1),
+            "top_extra_self_ms": {m: round(us / 1000, 1) for m, us in top}}  # fmt: skip
+
 
 MODEL_LIBS = ("onnxruntime", "whisper", "ggml")
 """Shared objects whose presence in the server would mean a model runtime was loaded."""
@@ -44,34 +123,9 @@ def list_devices(server: TimedServer, calls: int) -> dict[str, Any]:
             "whisper_model_loaded": loaded, "never_loads_a_model": not libs and loaded is None}  # fmt: skip
 
 
-RESCAN = """import json, statistics, time
-from mcp_listen.audio import devices
-def timed(rescan):
-    t = time.perf_counter()
-    devices.list_inputs(rescan=rescan)
-    return (time.perf_counter() - t) * 1000
-devices.list_inputs()
-print(json.dumps({str(rescan): statistics.median(timed(rescan) for _ in range(15)) for rescan in (True, False)}))"""
-
-
-def rescan_cost(env: dict[str, str]) -> dict[str, float]:
-    """In a child: devices.list_inputs with and without re-initialising PortAudio (hot-plugged devices)."""
-    done = subprocess.run(
-        [sys.executable, "-c", RESCAN], env=env, cwd=ROOT, capture_output=True, timeout=120, check=True
-    )
-    medians = json.loads(done.stdout)
-    return {"rescan_median_ms": round(medians["True"], 2), "cached_median_ms": round(medians["False"], 2)}
-
-
 def vad_cpu(rig: Rig, server: TimedServer, seconds: int = 10, conditions: tuple[str, ...] = LISTENING) -> dict:
-    """Server CPU for `seconds` of listening with the VAD on, minus the same without it.
-
-    For each condition a fixed capture_audio (no VAD) and a stop_on_silence one (ended by
-    no_speech_timeout, or for speech by the same ceiling) hear the same clip; the difference is what the
-    VAD costs per second of audio. A short capture first creates the Silero session, so it is not counted.
-    """
-    import clips
-
+    """Server CPU for `seconds` of a stop_on_silence capture minus a fixed one hearing the same clip: what
+    the VAD costs per second of audio. A short capture first creates the Silero session (not counted)."""
     server.tool("capture_audio", {"stop_on_silence": True, "duration_ms": 1000})
     out: dict[str, Any] = {"tick_resolution_pct": round(100 / os.sysconf("SC_CLK_TCK") / seconds, 2)}
     for condition in conditions:
@@ -95,10 +149,6 @@ def vad_cpu(rig: Rig, server: TimedServer, seconds: int = 10, conditions: tuple[
 
 def vad_per_window(windows: int = 2000) -> dict[str, Any]:
     """Silero in this process, back to back on speech (warm caches): time per 32 ms window."""
-    import clips
-
-    from mcp_listen.speech.vad import SileroVAD
-
     samples, vad = A.read_wav(clips.utterance_clips(1000)["20s"].path), SileroVAD()
     n = min(windows, len(samples) // 512)
     t = time.process_time()

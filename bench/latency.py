@@ -1,10 +1,6 @@
-"""Stop latency (capture_audio), post-speech latency (voice_query) through the real stdio server, and
-the same clips transcribed whole in this process, the WER baseline.
-
-Stop latency is counted in samples on the returned WAV: from just after the last loud sample of the
-played speech (found by cross-correlation; the capture is bit-exact) to the WAV's end, minus
-silence_ms. The wall-clock figures use the monitor's clock (rig.Monitor) and the reply's arrival.
-"""
+"""Stop latency (capture_audio, counted in samples on the returned WAV), the result after the silence
+window (voice_query, on the monitor's clock), and clips transcribed whole in this process (the WER
+baseline)."""
 
 from __future__ import annotations
 
@@ -17,6 +13,9 @@ from clips import Clip, wer
 from rig import RATE, Rig, TimedServer, close_server
 from rig import audio_assets as A
 from stats import summary
+
+from mcp_listen.whisper import text as W
+from mcp_listen.whisper.transcriber import Transcriber
 
 __all__ = ["capture_stop", "close_server", "transcribe_whole", "voice_query"]
 
@@ -66,12 +65,8 @@ def voice_query(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, mode
 
 
 def transcribe_whole(model: Path, threads: int, jobs: list[tuple[str, Clip, str]], runs: int) -> dict[str, Any]:
-    """Each (key, clip, language) transcribed at once by the project's Transcriber, `runs` times, from
-    the pipeline's pre-roll to 300 ms after the speech (Clip.whole): same model, threads and whisper
-    parameters as the server; markers such as [Music] dropped, as in the pipeline."""
-    from mcp_listen.whisper import text as W
-    from mcp_listen.whisper.transcriber import Transcriber
-
+    """Each (key, clip, language) transcribed at once (Clip.whole) by the project's Transcriber, `runs` times,
+    as the server would (same model, threads, parameters; markers such as [Music] dropped)."""
     tr = Transcriber(threads=threads or None)
     t = time.perf_counter()
     tr.load(model)

@@ -2,12 +2,9 @@
 
     python bench/realspeech.py --model tests/assets/ggml-tiny.en.bin [--model M ...] [--runs 1] [--fresh 3] [--threads 0]
 
-Each clip (realspeech_data.py) plays into `transcribe_voice` (stop on silence); the same clip is
-transcribed whole in this process with the project's Transcriber. Per model: WER of both against the
-reference and their gap, the result after the silence window, the first call in a fresh process;
-once, the stop after the end of speech (capture_audio, in samples). English-only models (`*.en`) get
-the English clips; multilingual ones every clip with its language, and the others again with
-`language: "auto"`. `--busy N` spins N cores meanwhile. bench/README.md ("Real speech") explains it.
+Per model: WER of the pipeline and of the whole clip transcribed here, the result after the silence
+window, the first call in a fresh server; once, the stop after the end of speech (in samples). `--busy N`
+spins N cores meanwhile. bench/README.md ("Real speech") explains the clips and each figure.
 """
 
 from __future__ import annotations
@@ -26,10 +23,6 @@ from rig import ROOT, TEST_MODEL, Rig, busy_cpus
 from stats import CpuBusy, Run, cli, loadavg, save_report, summary, verdict
 
 __all__ = ["errors"]  # barge.py reads it here
-
-
-def label(model: Path) -> str:
-    return model.name.removeprefix("ggml-").removesuffix(".bin")
 
 
 def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
@@ -74,7 +67,7 @@ def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict, op
 def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) -> dict:
     """Whole clips in process, then `runs` sessions over every job (order rotated), then `fresh`
     one-call sessions; the figures, with how busy the machine was meanwhile."""
-    busy, load, work, tag = CpuBusy(), loadavg(), jobs(entries, model), label(model)
+    busy, load, work, tag = CpuBusy(), loadavg(), jobs(entries, model), model.stem.removeprefix("ggml-")
     print(f"[{tag}] {len(work)} jobs: whole clips in process, then through the server", flush=True)
     whole = latency.transcribe_whole(model, opts.threads, [(f"{e['id']}/{lang}", clips[e["id"]], lang)
                                                            for e, lang in work], opts.runs)  # fmt: skip
@@ -92,9 +85,8 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) 
 
 
 def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
-    """capture_audio with stop on silence on every clip: the stop counted in samples on the returned WAV
-    (latency.capture_stop). No model. A clip that ends at capture's 20 s ceiling or at an inner pause is
-    left out of the figure."""
+    """capture_audio with stop on silence on every clip, the stop counted in samples on the WAV; a clip that
+    ends at capture's 20 s ceiling or at an inner pause is left out. No model."""
     server, runs = rig.server(), []
     try:
         for r in range(opts.stop_runs):
@@ -118,29 +110,24 @@ def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[
     rows = []
     for entry, language in work:
         mine = [c for c in calls if c["clip"] == entry["id"] and c["language_asked"] == language]
-        texts, whole_texts, ref = (
-            [c["transcription"] for c in mine],
-            whole[f"{entry['id']}/{language}"]["texts"],
+        texts, ref = (
+            {"pipeline": [c["transcription"] for c in mine], "whole": whole[f"{entry['id']}/{language}"]["texts"]},
             entry["text"],
         )
         rows.append({"clip": entry["id"], "group": entry["language"] + ("/auto" if language == "auto" else ""),
                      "asked": language, "reference": ref, "apart": entry["longest_pause_ms"] >= silence_ms,
-                     "wer_pipeline": corpus_wer([(ref, t) for t in texts]), "wer_whole": corpus_wer([(ref, t) for t in whole_texts]),
-                     "pipeline_texts": sorted(set(texts)), "whole_texts": whole_texts,
+                     **{f"wer_{k}": corpus_wer([(ref, t) for t in v]) for k, v in texts.items()},
+                     **{f"{k}_texts": v for k, v in texts.items()}, "calls": mine,
                      "languages_returned": sorted({str(c["language_returned"]) for c in mine}),
-                     "stopped_by": sorted({str(c["stopped_by"]) for c in mine}), "calls": mine,
-                     "_pairs": ([(ref, t) for t in texts], [(ref, t) for t in whole_texts])})  # fmt: skip
+                     "stopped_by": sorted({str(c["stopped_by"]) for c in mine})})  # fmt: skip
     kept = [r for r in rows if not r["apart"]]
     groups = {name: group([r for r in kept if r["group"] == name]) for name in sorted({r["group"] for r in kept})}
     groups["all_fixed_language"] = group([r for r in kept if r["asked"] != "auto"])
     for name in [n for n in groups if n.endswith("/auto") and n[:-5] in groups]:
-        auto, same = (
-            groups[name]["post_speech_warm_ms"].get("median"),
-            groups[name[:-5]]["post_speech_warm_ms"].get("median"),
-        )
+        auto, same = (groups[n]["post_speech_warm_ms"].get("median") for n in (name, name[:-5]))
         groups[name]["post_speech_median_vs_fixed"] = round(auto / same, 2) if auto and same else None
     for r in rows:
-        del r["_pairs"], r["calls"]
+        del r["calls"]
     first = [c["post_speech_ms"] for c in calls if c["cold"] and "post_speech_ms" in c]
     return {"model": model.name, "groups": groups, "load_in_bench_process_ms": whole["_load_ms"],
             "first_call_post_speech_ms": summary(first), "apart": [r["clip"] for r in rows if r["apart"]],
@@ -151,8 +138,7 @@ def group(rows: list[dict]) -> dict:
     """Corpus WERs (all errors over all reference words) and latencies over clip × language rows."""
     calls = [c for r in rows for c in r["calls"]]
     pipe, whole = (
-        corpus_wer([p for r in rows for p in r["_pairs"][0]]),
-        corpus_wer([p for r in rows for p in r["_pairs"][1]]),
+        corpus_wer([(r["reference"], t) for r in rows for t in r[f"{k}_texts"]]) for k in ("pipeline", "whole")
     )
     return {"clips": len(rows), "reference_words": sum(len(words(r["reference"])) for r in rows),
             "wer_pipeline_pct": pipe, "wer_whole_pct": whole,
@@ -196,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["stop"] = stop_times(rig, clips, opts)
             with busy_cpus(opts.busy, opts.busy_nice):
                 for model in opts.model:
-                    report["models"][label(model)] = measure(rig, model, entries, clips, opts)
+                    report["models"][model.stem.removeprefix("ggml-")] = measure(rig, model, entries, clips, opts)
         finally:
             rig.close()
     report["targets"] = targets(report["models"])

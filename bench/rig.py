@@ -24,7 +24,7 @@ for _path in (ROOT / "tests", ROOT):
 
 import audio_assets
 from fake_ollama import FakeOllama
-from rpc import RawServer, server_env
+from rpc import RawServer, proc_memory_kb, server_env
 from vmic import VirtualMic, refresh_portaudio
 
 RATE = 16000
@@ -37,11 +37,7 @@ SETTLE_S = 0.15
 
 def proc_stats(pid: int) -> dict[str, float]:
     """RSS now and at peak (MB) and CPU time used so far (s, all threads) of a live process."""
-    out: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
+    out: dict[str, float] = {k: kb / 1024 for k, kb in proc_memory_kb(pid).items()}
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     out["cpu_s"] = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
     return out
@@ -64,18 +60,13 @@ class TimedServer(RawServer):
                 msg = json.loads(line)
             except ValueError:
                 msg = {"unparseable": line.decode(errors="replace")}
+            self.messages.put(msg)  # RawServer's own calls (initialize) read them there
             with self._cond:
                 if msg.get("method") == "notifications/progress":
                     self.progress.append((now, msg.get("params", {})))
                 elif "id" in msg and ("result" in msg or "error" in msg):
                     self.replies[msg["id"]] = (now, msg)
                 self._cond.notify_all()
-
-    def initialize(self, version: str = "2025-11-25") -> dict[str, Any]:
-        params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
-        _, reply = self.timed_call("initialize", params, timeout=30)
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return reply
 
     def start(self, method: str, params: dict[str, Any] | None = None) -> tuple[int, float]:
         """Write a request; (its id, the time just before it was written)."""
@@ -148,12 +139,9 @@ def close_server(server: TimedServer) -> None:
 
 
 class Monitor:
-    """A second recorder on the virtual device: its samples and when each became available.
-
-    4 ms blocks at low latency arrive within ~0.3 ms of each other's schedule (measured), so
-    `t0 = min(callback time - samples so far / rate)` over nearby blocks is when sample 0 would have
-    arrived with the least delay any client sees; sample i is then at t0 + i/rate.
-    """
+    """A second recorder on the virtual device: its samples and when each became available. Its 4 ms blocks
+    arrive within ~0.3 ms of their schedule (measured), so t0 = min(callback time − samples so far / rate)
+    over nearby blocks is when sample 0 came with the least delay any client sees; sample i at t0 + i/rate."""
 
     def __init__(self) -> None:
         import numpy as np
@@ -177,6 +165,13 @@ class Monitor:
         self._stream.stop()
         self._stream.close()
 
+    def __enter__(self) -> Monitor:
+        time.sleep(0.3)  # the stream is running
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _sync(self) -> None:
         np, n = self._np, min(len(self._blocks), len(self._times))
         if n == self._cache_n:
@@ -192,15 +187,6 @@ class Monitor:
         """Everything captured so far (int16); sample i became available at time_of(i)."""
         self._sync()
         return self._samples
-
-    def recent(self, samples: int) -> Any:
-        """The last `samples` captured, from the newest blocks only: cheap enough to poll."""
-        picked, got, i = [], 0, min(len(self._blocks), len(self._times))
-        while i > 0 and got < samples:
-            i -= 1
-            picked.append(self._blocks[i])
-            got += len(self._blocks[i])
-        return self._np.concatenate(picked[::-1])[-samples:] if picked else self._np.zeros(0, self._np.int16)
 
     def time_of(self, index: int, span_s: float = 4.0) -> float:
         """When sample `index` became available, on the clock of the blocks within span_s of it."""
@@ -268,8 +254,7 @@ class Rig:
 
     def start_monitor(self) -> Monitor:
         if self.monitor is None:
-            self.monitor = Monitor()
-            time.sleep(0.3)
+            self.monitor = Monitor().__enter__()
         return self.monitor
 
     def play(self, wav: Path) -> tuple[float, Any]:
@@ -295,7 +280,7 @@ class Rig:
         time.sleep(0.05)  # let the monitor's last blocks in
         ref, offset = clip.reference()
         start, peak = monitor.find(ref, t_play - 0.5, t_reply + 0.05)
-        return {"monitor_start": start - offset, "monitor_peak": round(peak, 5),
+        return {"monitor_start": start - offset,
                 "t_speech_end": monitor.time_of(start + clip.last_loud - offset + 1),
                 "play_start_latency_ms": (monitor.time_of(start - offset) - t_play) * 1000}  # fmt: skip
 

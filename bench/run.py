@@ -11,6 +11,7 @@ speech (espeak-ng) and a loopback Ollama that answers at once. bench/README.md e
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -25,9 +26,8 @@ import clips
 import endpoint_replay
 import footprint
 import latency
-import startup
 from rig import ROOT, TEST_MODEL, Rig
-from stats import CpuBusy, Run, cli, fmt, loadavg, machine, save_report, summary, verdict
+from stats import CpuBusy, Run, cli, dig, loadavg, machine, save_report, summary, verdict
 
 __all__ = ["CpuBusy", "loadavg", "machine", "save_report"]  # barge.py and end_of_turn.py read them here
 
@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         section("startup", lambda: run_startup(rig, opts, workdir, report))
         section("session", lambda: run_session(rig, opts, report))
         section("voice_query", lambda: run_voice(rig, opts, report))
-        section("wer", lambda: run_wer(opts, report))
         section("offline", lambda: report.update(vad_per_window=footprint.vad_per_window(),
                                                  vad_gate=endpoint_replay.gate_replay(opts.silence_ms)))  # fmt: skip
         if not opts.skip_venv:
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         run.end()
         report["targets"] = targets(report)
         shutil.rmtree(workdir, ignore_errors=True)
-    save_report(report, opts.json, show)
+    save_report(report, opts.json)
     return 0
 
 
@@ -102,9 +101,8 @@ def section(name: str, fn: Any) -> None:
 
 def run_startup(rig: Rig, opts: Any, workdir: Path, report: dict) -> None:
     env = rig.env()
-    report["startup"] = startup.measure(env, runs=max(3, 2 * opts.runs))
-    report["startup"]["imports"] = startup.import_check(env, workdir)
-    report["list_audio_devices"] = {"in_process": footprint.rescan_cost(env)}
+    report["startup"] = footprint.startup(env, runs=max(3, 2 * opts.runs))
+    report["startup"]["imports"] = footprint.import_check(env, workdir)
 
 
 def run_session(rig: Rig, opts: Any, report: dict) -> None:
@@ -112,7 +110,7 @@ def run_session(rig: Rig, opts: Any, report: dict) -> None:
     server = rig.server()
     try:
         rss = {"idle": footprint.idle_rss(server)}
-        report["list_audio_devices"].update(footprint.list_devices(server, calls=10))
+        report["list_audio_devices"] = footprint.list_devices(server, calls=10)
         rss["after_list_devices"] = footprint.idle_rss(server)
         report["vad_cpu"] = footprint.vad_cpu(rig, server, conditions=tuple(opts.listening.split(",")))
         rss["after_capture"] = footprint.idle_rss(server)
@@ -127,7 +125,6 @@ def run_session(rig: Rig, opts: Any, report: dict) -> None:
     report["stop"] = {
         "runs": runs,
         **{k: summary(r[k] for r in runs) for k in keys},
-        "clips": [c.public() for c in stop],
     }
 
 
@@ -149,7 +146,6 @@ def run_voice(rig: Rig, opts: Any, report: dict) -> None:
             finally:
                 latency.close_server(server)
     report["voice_query"] = {
-        "clips": {n: utterances[n].public() for n in lengths},
         "lengths": {n: {kind: {"post_speech_ms": summary(x["post_speech_ms"] for x in runs),
                                "wer": summary((x["wer"] for x in runs), digits=3), "runs": runs}
                         for kind, runs in kinds.items()} for n, kinds in per.items()},
@@ -158,77 +154,24 @@ def run_voice(rig: Rig, opts: Any, report: dict) -> None:
                                           "peak_mb": round(max(s["VmHWM"] for s in rss), 1)}  # fmt: skip
 
 
-def run_wer(opts: Any, report: dict) -> None:
-    """The voice_query transcripts against the same clips transcribed whole in this process; and what
-    the wait would be if whisper were loaded on each call and the whole recording transcribed after it
-    with whisper's default 30 s window (as the Node edition does): a reference point on this machine."""
-    from mcp_listen.whisper import transcriber as T
-
-    utterances = clips.utterance_clips(opts.silence_ms)
-    jobs = [(n, utterances[n], "en") for n in opts.lengths.split(",")]
-    whole = latency.transcribe_whole(opts.model, opts.threads, jobs, opts.runs)
-    out: dict[str, Any] = {}
-    for name, clip, _ in jobs:
-        calls = [x for kind in ("cold", "warm") for x in report["voice_query"]["lengths"][name][kind]["runs"]]
-        out[name] = {
-            "whole_wer": summary((clips.wer(clip.text, t) for t in whole[name]["texts"]), digits=3),
-            "whole_transcripts": sorted(set(whole[name]["texts"])),
-            "whole_transcribe_ms": whole[name]["transcribe_ms"],
-            "incremental_wer": summary((x["wer"] for x in calls), digits=3),
-            "incremental_transcripts": sorted({x["transcription"] for x in calls}),
-            "reference": clip.text,
-        }
-    shrink, T.audio_ctx_for = T.audio_ctx_for, lambda n: 0  # whisper.cpp's default window (this process only)
-    try:
-        after = {job[0]: latency.transcribe_whole(opts.model, opts.threads, [job], 1) for job in jobs}
-    finally:
-        T.audio_ctx_for = shrink
-    report["whole_after_stop"] = {n: {"load_ms": a["_load_ms"], "transcribe_ms": a[n]["transcribe_ms"]["median"]}
-                                  for n, a in after.items()}  # fmt: skip
-    report["wer"] = out
-
-
 def targets(report: dict) -> dict[str, Any]:
-    """Each target of the figures beside the figure."""
-    out: dict[str, Any] = {}
-    if "startup" in report:
-        s = report["startup"]
-        out.update(startup_ratio_vs_mcpserver=verdict(s["ratio_vs_mcpserver"], 1.10),
-                   startup_ratio_vs_lowlevel=verdict(s["ratio_vs_lowlevel"], 1.10),
-                   no_heavy_imports_at_startup={"ok": s["imports"]["ok"]})  # fmt: skip
-    if "never_loads_a_model" in report.get("list_audio_devices", {}):
-        out["list_audio_devices_loads_no_model"] = {"ok": report["list_audio_devices"]["never_loads_a_model"]}
-    if "stop" in report:
-        out["stop_latency_median_ms"] = verdict(report["stop"]["stop_latency_ms"].get("median"), 100)
-        out["rec_end_to_result_median_ms"] = verdict(report["stop"]["rec_end_to_result_ms"].get("median"), 30)
-    warm = {
-        n: v["warm"]["post_speech_ms"].get("median")
-        for n, v in report.get("voice_query", {}).get("lengths", {}).items()
-    }
-    out.update({f"post_speech_warm_{n}_median_ms": verdict(v, 250) for n, v in warm.items()})
+    """Each target beside its figure (None where this run did not measure it)."""
+    g = functools.partial(dig, report)
+    warm = {n: v["warm"]["post_speech_ms"].get("median") for n, v in (g("voice_query", "lengths") or {}).items()}
+    out = {"startup_ratio_vs_mcpserver": verdict(g("startup", "ratio_vs_mcpserver"), 1.10),
+           "startup_ratio_vs_lowlevel": verdict(g("startup", "ratio_vs_lowlevel"), 1.10),
+           "no_heavy_imports_at_startup": {"ok": g("startup", "imports", "ok")},
+           "list_audio_devices_loads_no_model": {"ok": g("list_audio_devices", "never_loads_a_model")},
+           "stop_latency_median_ms": verdict(g("stop", "stop_latency_ms", "median"), 100),
+           "rec_end_to_result_median_ms": verdict(g("stop", "rec_end_to_result_ms", "median"), 30),
+           "rss_idle_mb": verdict(g("rss", "idle", "rss_mb"), 70),
+           "rss_with_tiny_en_mb": verdict(g("rss", "with_tiny_en_loaded", "rss_mb"), 250),
+           **{f"post_speech_warm_{n}_median_ms": verdict(v, 250) for n, v in warm.items()},
+           **{f"vad_cpu_{c}_pct_of_core": verdict(v["vad_cpu_pct_of_core"], 1.0)
+              for c, v in (g("vad_cpu") or {}).items() if isinstance(v, dict)}}  # fmt: skip
     if warm.get("2s") is not None and warm.get("20s") is not None:
         out["post_speech_flat_20s_minus_2s_ms"] = verdict(warm["20s"] - warm["2s"], 50)
-    for condition, v in report.get("vad_cpu", {}).items():
-        if isinstance(v, dict):
-            out[f"vad_cpu_{condition}_pct_of_core"] = verdict(v["vad_cpu_pct_of_core"], 1.0)
-    rss = report.get("rss", {})
-    if "idle" in rss:
-        out["rss_idle_mb"] = verdict(rss["idle"]["rss_mb"], 70)
-    if "with_tiny_en_loaded" in rss:
-        out["rss_with_tiny_en_mb"] = verdict(rss["with_tiny_en_loaded"]["rss_mb"], 250)
     return out
-
-
-def show(report: dict) -> None:
-    s, d = report.get("startup", {}), report.get("list_audio_devices", {})
-    if s:
-        print(f"startup: mcp-listen {fmt(s['mcp_listen'])}, ×{s['ratio_vs_lowlevel']} / ×{s['ratio_vs_mcpserver']} "
-              f"the bare servers; heavy imports: {s['imports']['heavy_modules_imported'] or 'none'}")  # fmt: skip
-    if "later_calls" in d:
-        print(f"list_audio_devices: first {d['first_call_ms']} ms, then {fmt(d['later_calls'])}; {d['in_process']}")
-    for name, v in report.get("vad_cpu", {}).items():
-        print(f"VAD CPU {name}: {v}")
-    print(f"RSS: {report.get('rss')}\nvenv: {report.get('venv_size', 'not measured')}")
 
 
 if __name__ == "__main__":

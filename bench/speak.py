@@ -1,13 +1,12 @@
 """Speech out: first audio, Piper's real-time factor, CPU while speaking, cancel to silence and the end
 of playback to listening, through the real server on the virtual speaker.
 
-    python bench/speak.py [--runs 10] [--cpu-runs 2] [--voice PATH] [--json bench/results-speak.json]
+    python bench/speak.py [--runs 10] [--cpu-runs 2] [--json bench/results-speak.json]
 
-The server has the tests' speaking environment (the test voice en_US-joe-medium as default voice, HOME
-and recordings in a temporary folder) and plays into the virtual device's sink; a Monitor records that
-sink's monitor, so every sample the speaker played has a time on the clock the requests are written
-on. converse is given the test whisper model, never loaded (nobody answers). bench/README.md
-("Speech out") explains each figure.
+The server has the tests' speaking environment (tests/speaker_rig.py: the test voice, HOME in a temporary
+folder) and plays into the virtual sink; a Monitor records the sink's monitor, so every sample the
+speaker played has a time on the clock the requests are written on. bench/README.md ("Speech out")
+explains each figure.
 """
 
 from __future__ import annotations
@@ -18,43 +17,36 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats, server_env
-from speaker_rig import FOX, SOUND
+from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats
+from speaker_rig import FOX, SOUND, VOICE, speaking_env
 from stats import Run, cli, save_report, summary, verdict
 
-SENTENCES = (
-    "The morning train to the coast was late again, so we waited on the cold platform.",
-    "A man with a small brown dog asked me for the time.",
-    "I told him it was nearly half past eight.",
-    "He thanked me, and the dog wagged its tail as if it understood.",
-    "When the train finally arrived, every seat in the first carriage was taken by students going home.",
-    "We found two seats together near the back.",
-    "Outside the window, the fields were covered in a thin layer of frost that sparkled in the sun.",
-    "My sister fell asleep before we had even left the city.",
-    "I read a few pages of my book and then gave up.",
-    "The conductor came through twice to check our tickets, and both times he smiled at the sleeping girl.",
-    "Somewhere after the third station, the sea appeared between the hills.",
-    "It was grey and calm, with a few fishing boats far out on the water.",
-    "An old woman across the aisle pointed at them and told us that her father had been a fisherman.",
-    "She said he used to leave before dawn and come back with his hands frozen.",
-    "We arrived just before eleven and walked down to the harbour.",
-    "The cafe on the corner was open, so we ordered tea and warm bread with butter.",
-    "By noon the frost had gone and the streets were full of people.",
-    "We spent the afternoon walking along the beach and collecting smooth flat stones.",
-    "When the light began to fade, we caught the last train back to the city.",
+SENTENCES = tuple(re.split(r"(?<=\.) ", " ".join((
+    "The morning train to the coast was late again, so we waited on the cold platform. A man with a small brown dog",
+    "asked me for the time. I told him it was nearly half past eight. He thanked me, and the dog wagged its tail as if it",
+    "understood. When the train finally arrived, every seat in the first carriage was taken by students going home.",
+    "We found two seats together near the back. Outside the window, the fields were covered in a thin layer of frost",
+    "that sparkled in the sun. My sister fell asleep before we had even left the city. I read a few pages of my book and",
+    "then gave up. The conductor came through twice to check our tickets, and both times he smiled at the sleeping girl.",
+    "Somewhere after the third station, the sea appeared between the hills. It was grey and calm, with a few fishing",
+    "boats far out on the water. An old woman across the aisle pointed at them and told us that her father had been a",
+    "fisherman. She said he used to leave before dawn and come back with his hands frozen. We arrived just before",
+    "eleven and walked down to the harbour. The cafe on the corner was open, so we ordered tea and warm bread with",
+    "butter. By noon the frost had gone and the streets were full of people. We spent the afternoon walking along the",
+    "beach and collecting smooth flat stones. When the light began to fade, we caught the last train back to the city.",
     "It was a long day, but nobody complained, and my sister still talks about the old woman and the boats.",
-)
+))))  # fmt: skip
 """Natural sentences of 8-20 words. The 1-, 5- and 20-sentence texts are their first 1, 5 and 20, so all
 three start with the same first piece (voice/pieces.py): what changes is the length alone."""
 LENGTHS = (1, 5, 20)
+VOICE_PATH = ROOT / "tests" / "assets" / "voices" / f"{VOICE}.onnx"
 CONVERSE = {"text": "Would you like to take the early train or the late one?", "duration_ms": 500}
 """converse's turn: nobody answers, so it ends at duration_ms after listening began."""
 LISTENING = re.compile(rb"listening (\d+) ms after the speech left the speaker")
@@ -67,31 +59,16 @@ def text_of(sentences: int) -> str:
 class Bench(Rig):
     """The rig with the tests' speaking environment; each server says FOX first (the voice loads)."""
 
-    def __init__(self, voice: Path, workdir: Path) -> None:
-        super().__init__(TEST_MODEL.parent, workdir)
-        (workdir / "home").mkdir()
-        self.speak_env = server_env(self.mic.env, HOME=str(workdir / "home"), MCP_LISTEN_VOICES_PATH=str(voice.parent),
-                                    MCP_LISTEN_RECORDINGS_DIR=str(workdir / "recordings"), MCP_LISTEN_VOICE=voice.stem,
-                                    MCP_LISTEN_LOG_LEVEL="INFO")  # fmt: skip  # converse logs its listening delay at INFO
-
     def speaker(self) -> tuple[TimedServer, Path, dict[str, Any]]:
         """A fresh server that has said FOX (whose result, the cold first audio, is returned too)."""
         self._n += 1
         log = self.workdir / f"server-{self._n}.log"
-        server = TimedServer(self.speak_env, stderr_path=log)
+        env = speaking_env(
+            self.mic.env, self.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO"
+        )  # for converse's delay
+        server = TimedServer(env, stderr_path=log)
         server.initialize()
         return server, log, server.tool("speak_text", {"text": FOX})
-
-
-@contextmanager
-def speaker_monitor() -> Iterator[Monitor]:
-    """A Monitor on the virtual speaker for one measurement: a short stream keeps samples() cheap."""
-    monitor = Monitor()
-    time.sleep(0.3)
-    try:
-        yield monitor
-    finally:
-        monitor.close()
 
 
 def loud(samples: Any) -> Any:
@@ -114,7 +91,7 @@ def first_audio(bench: Bench, sentences: int) -> dict[str, Any]:
     A fresh server per run keeps the runs alike: what the previous one left playing went with it."""
     server, _, cold = bench.speaker()
     try:
-        with speaker_monitor() as monitor:
+        with Monitor() as monitor:
             rid, sent = server.start_tool("speak_text", {"text": text_of(sentences), "wait": False}, "first")
             replied, msg = server.reply(rid, timeout=60)
             start = monitor.index_at(sent)
@@ -130,9 +107,8 @@ def first_audio(bench: Bench, sentences: int) -> dict[str, Any]:
 
 
 def piper(voice_path: Path, runs: int) -> dict[str, Any]:
-    """Piper alone in this process (no server, no device): the 20-sentence text piece by piece as the
-    server splits it (wall / audio time), and each text's first piece, which the server must synthesise
-    before its first sound (the floor under first_audio_ms)."""
+    """Piper alone here: the 20-sentence text piece by piece as the server splits it (wall / audio time), and
+    each text's first piece, synthesised before the first sound (the floor under first_audio_ms)."""
     from mcp_listen.config.libraries import ORT_TELEMETRY_VAR
     from mcp_listen.voice.pieces import pieces
 
@@ -178,8 +154,8 @@ def cancel_to_silence(server: TimedServer, rng: random.Random, run_no: int) -> d
     """The 20-sentence text, cancelled (notifications/cancelled) at a random moment 0.5-2.5 s into its
     sound while a sound plays: cancel -> the end of the last sound in the speaker's monitor, and cancel
     -> the first get_status no longer speaking (the device free)."""
-    with speaker_monitor() as monitor:
-        sounding = lambda: loud(monitor.recent(RATE // 100)).size > 0  # noqa: E731
+    with Monitor() as monitor:
+        sounding = lambda: loud(monitor.samples()[-RATE // 100 :]).size > 0  # noqa: E731
         rid, _ = server.start_tool("speak_text", {"text": text_of(20)}, f"cancel-{run_no}")
         started = wait_for(sounding, 30, "the speech never sounded", every=0.01)
         time.sleep(rng.uniform(0.5, 2.5))
@@ -201,7 +177,7 @@ def converse_turn(server: TimedServer, log: Path, model: Path, run_no: int) -> d
     """One converse nobody answers: the server's own "listening N ms after the speech left the speaker"
     (its INFO log), and on this clock the speech's last sample in the monitor -> "Listening on"."""
     token, offset = f"converse-{run_no}", log.stat().st_size
-    with speaker_monitor() as monitor:
+    with Monitor() as monitor:
         _, msg = server.reply(server.start_tool("converse", {**CONVERSE, "whisper_model": str(model)}, token)[0])
         samples = monitor.samples()
     logged = LISTENING.search(log.read_bytes()[offset:])
@@ -211,45 +187,21 @@ def converse_turn(server: TimedServer, log: Path, model: Path, run_no: int) -> d
             "first_audio_ms": msg["result"]["structuredContent"]["spoken"]["first_audio_ms"]}  # fmt: skip
 
 
-def devices(runs: int) -> dict[str, Any]:
-    """The two device figures the latencies are made of: opening an output stream as the speaker does
-    (paid before the first piece plays) and the input latency PortAudio reports for the microphone
-    (converse waits it, with one window and ECHO_TAIL_S, after the speech ended)."""
-    import sounddevice as sd
-
-    from mcp_listen.audio.speaker import LATENCY_S
-    from mcp_listen.contract.limits import WINDOW_SAMPLES
-
-    opens = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        with sd.OutputStream(samplerate=22050, channels=1, dtype="int16", latency=LATENCY_S):
-            opens.append((time.perf_counter() - began) * 1000)
-    with sd.InputStream(
-        samplerate=RATE, channels=1, dtype="int16", blocksize=WINDOW_SAMPLES, callback=lambda *_: None
-    ) as mic:
-        return {"speaker_open_ms": summary(opens), "input_latency_ms": float(mic.latency) * 1000}
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--runs", 10, "runs of each latency and of Piper in-process"),
                ("--cpu-runs", 2, "whole 20-sentence speeches for the CPU figure"),
-               ("--voice", ROOT / "tests" / "assets" / "voices" / "en_US-joe-medium.onnx", "Piper voice"),
                ("--model", TEST_MODEL, "the whisper model converse is given (never loaded)"),
                ("--json", ROOT / "bench" / "results-speak.json", "the report"))  # fmt: skip
-    run, rng = (
-        Run("piper-tts", "sounddevice", **vars(opts), texts={n: len(text_of(n).split()) for n in LENGTHS}),
-        random.Random(20261202),
-    )
+    words = {n: len(text_of(n).split()) for n in LENGTHS}
+    run, rng = Run("piper-tts", "sounddevice", **vars(opts), words=words), random.Random(20261202)
     with tempfile.TemporaryDirectory() as workdir:
-        bench = Bench(opts.voice, Path(workdir))
+        bench = Bench(TEST_MODEL.parent, Path(workdir))
         sections: dict[str, Callable[[], Any]] = {
             "first_audio": lambda: [first_audio(bench, n) for _ in range(opts.runs) for n in LENGTHS],
             "cpu": lambda: [cpu_while_speaking(bench) for _ in range(opts.cpu_runs)],
             "cancel": lambda: in_one_server(bench, lambda s, _: [cancel_to_silence(s, rng, i) for i in range(opts.runs)]),
             "converse": lambda: in_one_server(bench, lambda s, log: [converse_turn(s, log, opts.model, i) for i in range(-1, opts.runs)][1:]),
-            "devices": lambda: devices(opts.runs),
-            "piper": lambda: piper(opts.voice, opts.runs),
+            "piper": lambda: piper(VOICE_PATH, opts.runs),
         }  # fmt: skip  # first audio interleaves the lengths; converse's unmeasured first turn makes Silero's session
         try:
             for name, fn in sections.items():

@@ -40,6 +40,13 @@ def verdict(value: float | None, target: float, *, lower_is_better: bool = True)
     return {"value": round(value, 3), "target": target, "ok": value <= target if lower_is_better else value >= target}
 
 
+def dig(report: dict, *keys: str) -> Any:
+    """report[k1][k2]..., or None where the run did not measure it."""
+    for key in keys:
+        report = report.get(key) if isinstance(report, dict) else None
+    return report
+
+
 class CpuBusy:
     """Share of all CPUs busy (every process, not only ours) since construction: other work on the
     machine slows the wall-clock figures, never the ones counted in samples."""
