@@ -18,6 +18,9 @@ from mcp_listen.speech.listener import Listener, Plan
 
 SPEECH, QUIET = 0.9, 0.05
 PRE_ROLL = Listener.PRE_ROLL_WINDOWS
+PLAIN = "silence"
+"""The turn rule of the tests about phrases and progress: what they check does not depend on it, and
+their fake worker has no guesses to judge (the smart cases below give one)."""
 
 
 class ScriptedVAD:
@@ -60,7 +63,7 @@ def script(*runs: tuple[float, int]) -> list[float]:
 
 def listen(probabilities, *, worker=None, silence_ms=1000, max_windows=2000, events=None):
     """Feed numbered windows until the listener says stop; return (listener, heard, reason)."""
-    plan = Plan(max_ms=max_windows * 32, stop_on_silence=True, silence_ms=silence_ms, device=None)
+    plan = Plan(max_ms=max_windows * 32, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=PLAIN)
     vad = ScriptedVAD(probabilities)
     progress = (lambda done, total, message: events.append(message)) if events is not None else None
     on_speech = (lambda: events.append("on_speech")) if events is not None else None
@@ -170,7 +173,7 @@ def test_the_words_so_far_are_reported_once_each_time_they_change():
             worker.so_far = words.get(self.heard, worker.so_far)
             return super().hear(window, run)
 
-    plan = Plan(max_ms=2000 * 32, stop_on_silence=True, silence_ms=1000, device=None)
+    plan = Plan(max_ms=2000 * 32, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn=PLAIN)
     listener = Listener(
         plan, lambda d, t, m: events.append(m), None, worker, vad=Telling(script((QUIET, 40), (SPEECH, 40)))
     )
@@ -189,7 +192,7 @@ def test_ten_minutes_of_dictation_keep_no_more_audio_than_one_phrase_and_every_s
     worker = FakeWorker()
     minutes = 10 * 60 * 1000 // 32
     probabilities = script((QUIET, 40), *[(SPEECH, 90), (QUIET, 12)] * (minutes // 102))
-    plan = Plan(max_ms=minutes * 32, stop_on_silence=True, silence_ms=1000, device=None)
+    plan = Plan(max_ms=minutes * 32, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn=PLAIN)
     listener = Listener(plan, None, None, worker, vad=ScriptedVAD(probabilities))
     most_kept = 0
     for i in range(len(probabilities)):

@@ -7,6 +7,7 @@ import pytest
 
 from mcp_listen.config import load_settings
 from mcp_listen.config.urls import normalize_ollama_host, redact_url
+from mcp_listen.contract import limits
 
 NOT_UTF8 = b"/tmp/caf\xe9".decode("utf-8", "surrogateescape")
 """What Python makes of a latin-1 folder name in the environment: a lone surrogate."""
@@ -105,10 +106,10 @@ def test_a_password_holding_a_slash_stays_credentials_and_is_masked():
 
 
 def test_the_end_of_turn_default_comes_from_the_environment_and_a_bad_one_is_named():
-    assert load_settings({}).defaults.end_of_turn == "silence"
+    assert load_settings({}).defaults.end_of_turn == limits.DEFAULT_END_OF_TURN
     assert load_settings({"MCP_LISTEN_END_OF_TURN": "smart"}).defaults.end_of_turn == "smart"
     bad = load_settings({"MCP_LISTEN_END_OF_TURN": "sometimes"})
-    assert bad.defaults.end_of_turn == "silence"
+    assert bad.defaults.end_of_turn == limits.DEFAULT_END_OF_TURN
     assert len(bad.problems) == 1 and "MCP_LISTEN_END_OF_TURN" in bad.problems[0] and "smart" in bad.problems[0]
 
 
