@@ -45,9 +45,10 @@ def speech_clip() -> Path:
 
 
 def heard_lighthouse(transcription: str | None) -> bool:
-    """Whether speech_clip's key word was heard. Compared without spaces: tiny.en also writes the
-    same sounds as "a light housekeeper" (seen once in a live server, where the phrase cuts fall)."""
-    return "lighthouse" in (transcription or "").lower().replace(" ", "")
+    """Whether speech_clip's key word was heard. Compared without spaces and hyphens: tiny.en also writes
+    the same sounds as "a light housekeeper" or "a light-housekeeper" (seen in live servers, where the
+    phrase cuts fall)."""
+    return "lighthouse" in (transcription or "").lower().replace(" ", "").replace("-", "")
 
 
 def said_clip() -> Path:
