@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from rpc import ALL_TOOLS, LISTENING_TOOLS, RawServer, error_of, server_env, tool_call
+from rpc import ALL_TOOLS, LISTENING_TOOLS, RawServer, error_of, proc_memory_kb, server_env, tool_call, wire
 
 LATIN1_NAME = b"caf\xe9"
 """A folder named in a latin-1 locale: valid on Linux, not UTF-8."""
@@ -94,3 +94,40 @@ def test_a_request_over_the_line_limit_gets_an_error_naming_the_limit(id_first):
     assert reply["error"]["code"] == -32600
     assert str(MAX_LINE_BYTES) in reply["error"]["message"] and "too large" in reply["error"]["message"]
     assert after["result"]["isError"] is False
+
+
+def test_a_huge_line_is_dropped_without_memory_growth(tmp_path):
+    env = server_env(MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    size = 32 << 20
+    log = tmp_path / "stderr.log"
+    with wire(env, stderr_path=log) as w:
+        w.call("get_status")
+        before = proc_memory_kb(w.server.proc.pid)
+        huge = tool_call(w.server, "voice_query", {"prompt": "x" * size})
+        w.server.send(huge)
+        near_limit = w.start("voice_query", {"prompt": "y" * 1_500_000})
+        rejected = w.wait(near_limit["id"])["result"]
+        after = proc_memory_kb(w.server.proc.pid)
+        assert w.status()["recording"] is False
+        answered = w.wait(huge["id"])
+        assert answered["error"]["code"] == -32600 and "too large" in answered["error"]["message"]
+        w.server.close_stdin()
+        assert w.server.wait_exit(10) == 0
+    grown_peak = (after["VmHWM"] - before["VmHWM"]) * 1024
+    grown_rss = (after["VmRSS"] - before["VmRSS"]) * 1024
+    print(f"\n32 MiB line: peak RSS +{grown_peak / 2**20:.1f} MiB, RSS +{grown_rss / 2**20:.1f} MiB")
+    assert grown_peak < size / 4, f"peak memory grew by {grown_peak} bytes for a {size}-byte line"
+    assert rejected["isError"] and error_of(rejected)["error"]["code"] == "invalid_argument"
+    assert "prompt" in error_of(rejected)["error"]["message"]
+    text = log.read_text()
+    assert "dropped an inbound message of" in text and "xxxxxxxx" not in text
+
+
+def test_a_huge_line_without_newline_then_eof_exits_cleanly(tmp_path):
+    env = server_env(MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    with wire(env) as w:
+        w.server.proc.stdin.write(
+            b'{"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {"a": "' + b"z" * (3 << 20)
+        )
+        w.server.close_stdin()
+        assert w.server.wait_exit(10) == 0

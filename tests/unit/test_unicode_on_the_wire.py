@@ -60,3 +60,21 @@ def test_a_notification_with_a_lone_surrogate_is_dropped_and_reading_goes_on():
 def test_a_line_that_is_not_json_is_left_to_the_sdk():
     broken = '{"id": 1, "text": "\\ud800'
     assert _read(broken) == [broken + "\n"]
+
+
+def test_bounded_lines_keeps_the_limit_exactly():
+    """The reader under the server's stdin (pure part): the limit counts the newline."""
+    import io
+
+    from mcp_listen.server.stdio import BoundedLines
+
+    limit = 64
+    data = b"a" * 63 + b"\n" + b"b" * 64 + b"\n" + b"c" * 10 + b"\n" + b"d" * 1000 + b"\n" + b"e" * 5
+    reader = BoundedLines(io.BufferedReader(io.BytesIO(data), buffer_size=16), limit=limit)
+    lines = []
+    while (line := reader.read_line()) is not None:
+        lines.append(line)
+    assert lines == ["a" * 63 + "\n", "c" * 10 + "\n", "e" * 5]
+    assert reader.dropped == 2
+    unterminated = BoundedLines(io.BufferedReader(io.BytesIO(b"x" * 500)), limit=limit)
+    assert unterminated.read_line() is None and unterminated.dropped == 1
