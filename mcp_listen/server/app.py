@@ -154,7 +154,9 @@ TOOLS = [
             "speak, then call this: it records until they "
             "stop talking (or exactly duration_ms with stop_on_silence: false) and returns `transcription`. "
             "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
-            "unclear to transcribe; ask the user to repeat. No audio file is kept."
+            "unclear to transcribe; ask the user to repeat. `end_reason` says how the turn ended: silence, complete "
+            "(the words were finished), max_pause (the user stopped mid-sentence for max_pause_ms) or duration. "
+            "No audio file is kept."
         ),
         args=arguments.TranscribeArgs,
         result=results.TranscribeResult,
