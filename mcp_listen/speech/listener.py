@@ -264,7 +264,7 @@ class Listener:
             self.vad.reset()
             self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
             self.speech_detected = False
-        self.ending = TurnEnding(plan.end_of_turn, plan.silence_ms, plan.max_pause_ms)
+        self.ending = TurnEnding(plan.end_of_turn, endpoint_config(plan).silence_ms, plan.max_pause_ms)
         self._held = False
         """The holding message was reported for the pause in progress."""
 
@@ -297,7 +297,7 @@ class Listener:
         the guess at this pause's words is in and sounds finished (speech/ending.py)."""
         plan = self.plan
         if plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
-            return plan.silence_ms
+            return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
         verdict = None if words is None else Verdict(sounds_finished(words, self.phrases.language), "words")
         return self.ending.silence_for(verdict)

@@ -268,6 +268,19 @@ def test_a_held_pause_never_passes_the_recording_s_ceiling_and_then_ends_by_dura
     assert why == "duration" and after < 3000, after
 
 
+@pytest.mark.parametrize("end_of_turn", ["silence", "smart"])
+def test_a_fixed_length_never_stops_on_silence_and_ends_by_duration(end_of_turn):
+    # Speech, then quiet: with stop_on_silence false the phrase worker still cuts and guesses, but the
+    # recording lasts its whole duration_ms (it once stopped 1 s after the speech).
+    plan = Plan(max_ms=6000, stop_on_silence=False, silence_ms=1000, device=None, end_of_turn=end_of_turn)
+    listener = Listener(plan, None, None, Guessing("So I was"), vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))))
+    windows = []
+    while listener.elapsed_ms < 6000:
+        windows.append(np.full(WINDOW, listener.windows, dtype=np.int16))
+        assert listener.on_window(windows[-1]) is None, listener.elapsed_ms
+    assert listener.finished(Recording(np.concatenate(windows), "ceiling")).end_reason == "duration"
+
+
 def test_the_holding_message_comes_once_per_held_pause_and_only_after_silence_ms():
     seen: list[tuple[int, str]] = []
     stop_after_speech_ms("So I was thinking", "smart", progress=lambda done, total, m: seen.append((done, m)))
