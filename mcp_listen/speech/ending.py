@@ -52,8 +52,10 @@ class TurnEnding:
         return self.smart and (verdict is None or not (verdict.finished or verdict.by == NO_SIGNAL))
 
     def holding(self, pause_ms: float) -> bool:
-        """Whether a pause of `pause_ms` (the endpointer's count) would have ended the turn but is held."""
-        return self.holds and self.max_pause_ms > self.silence_ms and pause_ms >= self.silence_ms
+        """Whether a pause of `pause_ms` (the endpointer's count) would have ended the turn but is held
+        because the words were judged unfinished (not merely while the judgement is still to come)."""
+        judged = self.verdict is not None
+        return judged and self.holds and self.max_pause_ms > self.silence_ms and pause_ms >= self.silence_ms
 
     def reason(self, stopped_by: str | None) -> str | None:
         """The end_reason of a recording that stopped as `stopped_by` says; None when nobody spoke

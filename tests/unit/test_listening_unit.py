@@ -326,6 +326,7 @@ def test_max_pause_shorter_than_silence_is_refused_when_asked_and_raised_when_de
 def test_a_verdict_without_a_signal_for_the_language_ends_the_turn_as_silence_does():
     ending = TurnEnding("smart", 1000, 3000)
     assert ending.silence_for(None) == 3000 and ending.reason("silence") == "max_pause"
+    assert not ending.holding(1500)  # held while the words are still being judged, but not said to be
     assert ending.silence_for(Verdict(False, "words")) == 3000
     assert ending.silence_for(Verdict(True, "words+voice")) == 1000 and ending.reason("silence") == "complete"
     assert ending.silence_for(Verdict(False, NO_SIGNAL)) == 1000 and ending.reason("silence") == "silence"
