@@ -1,5 +1,5 @@
 """mcp-listen's own costs on the virtual microphone: startup, device listing, stop latency, voice_query
-after the silence window, WER against whole-clip transcription, VAD CPU, RSS and install size.
+after the silence window and its transcripts' WER, VAD CPU, RSS and install size.
 
     python bench/run.py [--runs 3] [--skip-venv] [--model PATH] [--json bench/results.json]
     python bench/run.py --quick      # every headline figure of docs/performance.md, fewer runs (~5 min)
@@ -29,7 +29,7 @@ import latency
 from rig import ROOT, TEST_MODEL, Rig
 from stats import CpuBusy, Run, cli, dig, loadavg, machine, save_report, summary, verdict
 
-__all__ = ["CpuBusy", "loadavg", "machine", "save_report"]  # barge.py and end_of_turn.py read them here
+__all__ = ["CpuBusy", "loadavg", "machine", "save_report"]  # barge.py and barge_live.py read them here
 
 QUICK_DIR = ROOT / "bench" / "results" / "quick"
 """Where --quick writes its reports: a check of the current figures, never a replacement of their files."""

@@ -106,7 +106,7 @@ def first_audio(bench: Bench, sentences: int) -> dict[str, Any]:
             "cold_first_audio_ms": cold["first_audio_ms"]}  # fmt: skip
 
 
-def piper(voice_path: Path, runs: int) -> dict[str, Any]:
+def piper(voice_path: Path, runs: int, whole_runs: int) -> dict[str, Any]:
     """Piper alone here: the 20-sentence text piece by piece as the server splits it (wall / audio time), and
     each text's first piece, synthesised before the first sound (the floor under first_audio_ms)."""
     from mcp_listen.config.libraries import ORT_TELEMETRY_VAR
@@ -129,7 +129,7 @@ def piper(voice_path: Path, runs: int) -> dict[str, Any]:
                 "leading_quiet_ms": float(sounds[0]) * 1000 / rate if sounds.size else None}  # fmt: skip
 
     synth([FOX])
-    return {"first_piece": pieces(text_of(1))[0], "whole_20": [synth(pieces(text_of(20))) for _ in range(runs)],
+    return {"first_piece": pieces(text_of(1))[0], "whole_20": [synth(pieces(text_of(20))) for _ in range(whole_runs)],
             "first_piece_runs": {str(n): [synth(pieces(text_of(n))[:1]) for _ in range(runs)] for n in LENGTHS}}  # fmt: skip
 
 
@@ -189,7 +189,7 @@ def converse_turn(server: TimedServer, log: Path, model: Path, run_no: int) -> d
 
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--runs", 10, "runs of each latency and of Piper in-process"),
-               ("--cpu-runs", 2, "whole 20-sentence speeches for the CPU figure"),
+               ("--cpu-runs", 2, "whole 20-sentence speeches: the server's CPU, and Piper's alone"),
                ("--model", TEST_MODEL, "the whisper model converse is given (never loaded)"),
                ("--json", ROOT / "bench" / "results-speak.json", "the report"))  # fmt: skip
     words = {n: len(text_of(n).split()) for n in LENGTHS}
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": lambda: [cpu_while_speaking(bench) for _ in range(opts.cpu_runs)],
             "cancel": lambda: in_one_server(bench, lambda s, _: [cancel_to_silence(s, rng, i) for i in range(opts.runs)]),
             "converse": lambda: in_one_server(bench, lambda s, log: [converse_turn(s, log, opts.model, i) for i in range(-1, opts.runs)][1:]),
-            "piper": lambda: piper(VOICE_PATH, opts.runs),
+            "piper": lambda: piper(VOICE_PATH, opts.runs, opts.cpu_runs),
         }  # fmt: skip  # first audio interleaves the lengths; converse's unmeasured first turn makes Silero's session
         try:
             for name, fn in sections.items():

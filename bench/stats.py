@@ -106,7 +106,7 @@ def save_report(report: dict[str, Any], out: Path, show: Callable[[dict[str, Any
         show(report)
     for name, v in report.get("targets", {}).items():
         mark = "PASS" if v.get("ok") else "MISS" if v.get("ok") is False else "  - "
-        print(f"  {mark} {name}: {v.get('value')} (target {v.get('target')})")
+        print(f"  {mark} {name}" + (f": {v['value']} (target {v['target']})" if "target" in v else ""))
     m = report.get("machine", {})
     print(f"report: {out} ({report.get('elapsed_s')} s; {m.get('cpu_busy_during_run_pct')} % of all CPUs busy)")
 
