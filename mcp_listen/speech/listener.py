@@ -30,10 +30,11 @@ from mcp_listen.contract.limits import (
 )
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
-from mcp_listen.speech.ending import TurnEnding, Verdict, max_pause_ms
+from mcp_listen.speech.ending import TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
-from mcp_listen.speech.turns import sounds_finished
+from mcp_listen.speech.smart_turn import HEARD_SAMPLES, VoiceAtPause
+from mcp_listen.speech.turns import judge
 from mcp_listen.speech.vad import shared_vad
 
 if TYPE_CHECKING:
@@ -235,6 +236,7 @@ class Listener:
         *,
         vad: VoiceDetector | None = None,
         endpointer: EndpointDecider | None = None,
+        voice: VoiceAtPause | None = None,
     ) -> None:
         self.plan = plan
         self.on_speech = on_speech
@@ -265,6 +267,7 @@ class Listener:
             self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
             self.speech_detected = False
         self.ending = TurnEnding(plan.end_of_turn, endpoint_config(plan).silence_ms, plan.max_pause_ms)
+        self.voice = voice if voice is not None else VoiceAtPause() if self.ending.smart else None
         self._held = False
         """The holding message was reported for the pause in progress."""
 
@@ -293,13 +296,13 @@ class Listener:
         return reason
 
     def _turn_silence_ms(self) -> float:
-        """The pause that ends the turn now: silence_ms, or (end_of_turn "smart") up to max_pause_ms until
-        the guess at this pause's words is in and sounds finished (speech/ending.py)."""
+        """The pause that ends the turn now: silence_ms, or ("smart") up to max_pause_ms until turns.judge says."""
         plan = self.plan
         if plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
             return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
-        verdict = None if words is None else Verdict(sounds_finished(words, self.phrases.language), "words")
+        heard, voice = self.voice.answer(speech_tail_end(self.speech_end_frame)) if self.voice else (True, None)
+        verdict = None if words is None or not heard else judge(words, self.phrases.language, voice)
         return self.ending.silence_for(verdict)
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
@@ -413,16 +416,17 @@ class Listener:
             phrases.detect(self._audio(start, self.windows * WINDOW))
 
     def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
-        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end.
-
-        The key is the span `Heard.remaining_key` will give if the stop comes before more speech;
-        speech that resumes moves the span, and the next pause replaces the guess.
-        """
+        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end (and
+        "smart": the audio model hears the last 8 s). The key is the span `Heard.remaining_key` will give
+        if the stop comes before more speech; speech that resumes moves the span, the next pause replaces
+        the guess."""
         end = self.speech_end_frame
-        if end is None or endpointer.silence_ms <= 0 or end <= self.phrase_start_frame:
+        key = (self.phrase_start_frame, speech_tail_end(end or 0))
+        if end is None or endpointer.silence_ms <= 0 or (self._kept_from + len(self._kept)) * WINDOW < key[1]:
             return
-        key = (self.phrase_start_frame, speech_tail_end(end))
-        if key != self._speculated and (self._kept_from + len(self._kept)) * WINDOW >= key[1]:
+        if self.voice is not None:
+            self.voice.ask(key[1], self._audio(max(self._kept_from * WINDOW, key[1] - HEARD_SAMPLES), key[1]))
+        if key != self._speculated and end > self.phrase_start_frame:
             self._speculated = key
             phrases.speculate(self._audio(*key), key)
 

@@ -6,12 +6,23 @@ ellipsis, or a trailing conjunction, article, preposition or filler in the langu
 make the pause that ends the turn longer. Whisper ends almost every piece with a full stop, even
 one cut mid-sentence ("to buy some bread and."), so the trailing word decides as often as the
 punctuation does. Pure: no audio, no whisper.
+
+`judge` is the rule "smart" uses, words and voice together. The words speak first, past whisper's
+full stop (`words_say`): a trailing conjunction, article, preposition or filler, an ellipsis, a
+comma or no final punctuation hold the turn ("words"); a question or an exclamation ends it
+("words"). Otherwise the audio model (speech/smart_turn.py, the last 8 s of the voice) decides: a
+probability of a finished turn of at least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a
+language whose words the rule does not know), below it holds. Without the audio model the words
+alone decide ("words"), and a language the rule does not know ends as silence does (NO_SIGNAL).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+
+from mcp_listen.speech.ending import NO_SIGNAL, Verdict
 
 _FILLERS = "um umm uh uhh uhm er erm hmm mm ah eh"
 _TRAILING = {
@@ -39,6 +50,10 @@ _CLOSERS = "['\"”’»)\\]]*$"
 _ASKS_OR_EXCLAIMS = re.compile(r"[!?！？]" + _CLOSERS)
 _FULL_STOP = re.compile(r"(?<![.])[.。]" + _CLOSERS)
 _LAST_WORD = re.compile(r"(\w[\w'’]*)\W*$")
+_TRAILS_OFF = re.compile(r"(\.\.|…|[,;:\-–—])" + _CLOSERS)
+VOICE_THRESHOLD = 0.5
+"""The audio model's probability of a finished turn from which "smart" ends it (chosen on the bench's
+turn set: bench/README.md)."""
 
 
 def sounds_finished(text: str, language: str) -> bool:
@@ -54,3 +69,33 @@ def sounds_finished(text: str, language: str) -> bool:
     last = _LAST_WORD.search(text)
     trailing = _TRAILING_WORDS.get(language, _TRAILING_WORDS["en"])
     return last is None or last.group(1).lower().replace("’", "'") not in trailing
+
+
+def words_say(text: str, language: str) -> str | None:
+    """What the words alone say of the pause, whatever full stop whisper put at the end: "unfinished"
+    (a trailing word of `language`, an ellipsis, a comma, no final punctuation), "finished" (a
+    question or an exclamation), "open" (nothing against ending), or None when the rule does not
+    know `language`'s words."""
+    text = unicodedata.normalize("NFC", text.strip())
+    if _ASKS_OR_EXCLAIMS.search(text):
+        return "finished"
+    if text and _TRAILS_OFF.search(text):
+        return "unfinished"
+    trailing = _TRAILING_WORDS.get(language)
+    if trailing is None:
+        return None
+    if text and not _FULL_STOP.search(text):
+        return "unfinished"  # whisper left the sentence open
+    last = _LAST_WORD.search(text)
+    return "unfinished" if last and last.group(1).lower().replace("’", "'") in trailing else "open"
+
+
+def judge(text: str, language: str, probability: float | None, threshold: float = VOICE_THRESHOLD) -> Verdict:
+    """The verdict on a pause from the words heard up to it and the audio model's `probability` that the
+    turn is finished (None or NaN: no audio model). The rule is the module's docstring."""
+    said = words_say(text, language)
+    if said in ("unfinished", "finished"):
+        return Verdict(said == "finished", "words")
+    if probability is None or math.isnan(probability):
+        return Verdict(True, "words" if said == "open" else NO_SIGNAL)
+    return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

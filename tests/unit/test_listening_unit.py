@@ -229,6 +229,19 @@ class Guessing(FakeWorker):
         return self.words
 
 
+class Voice:
+    """The audio model's answer at each pause, at once: NaN (no model) leaves the words to decide."""
+
+    def __init__(self, probability=float("nan")) -> None:
+        self.probability = probability
+
+    def ask(self, key, samples) -> None:
+        pass
+
+    def answer(self, key):
+        return True, self.probability
+
+
 def stop_after_speech_ms(words, end_of_turn, silence_ms=1000, max_pause_ms=3000, max_ms=20000, progress=None):
     """Windows of quiet after 2 s of speech until the stop, in ms (and the worker, and the end_reason)."""
     worker = Guessing(words)
@@ -236,7 +249,7 @@ def stop_after_speech_ms(words, end_of_turn, silence_ms=1000, max_pause_ms=3000,
         max_ms=max_ms, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=end_of_turn,
         max_pause_ms=max_pause_ms,
     )  # fmt: skip
-    listener = Listener(plan, progress, None, worker, vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))))
+    listener = Listener(plan, progress, None, worker, vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))), voice=Voice())
     reason, windows = None, []
     while reason is None:
         windows.append(np.full(WINDOW, listener.windows, dtype=np.int16))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_listen.speech.turns import sounds_finished
+from mcp_listen.speech.ending import NO_SIGNAL, Verdict
+from mcp_listen.speech.turns import judge, sounds_finished, words_say
 
 
 @pytest.mark.parametrize(
@@ -50,3 +51,37 @@ def test_words_that_end_unfinished_do_not(text, language):
 def test_the_trailing_words_are_the_language_s_own():
     assert not sounds_finished("Il est parti et.", "fr")
     assert sounds_finished("He is gone et.", "en")  # "et" trails in French only
+
+
+@pytest.mark.parametrize(
+    "text,language,said",
+    [
+        ("Please enter your.", "en", "unfinished"),  # whisper's full stop after a cut: not believed
+        ("I went to the store.", "en", "open"),
+        ("I went to the store", "en", "unfinished"),  # whisper left it open
+        ("Where are you from?", "en", "finished"),
+        ("So I was thinking...", "en", "unfinished"),
+        ("First of all,", "en", "unfinished"),
+        ("Por favor ingrese su número de.", "es", "unfinished"),
+        ("Veuillez entrer votre mot de passe.", "fr", "open"),
+        ("Something about the.", "xx", None),  # a language the rule does not know: no pretending
+        ("", "en", "open"),
+    ],
+)
+def test_the_words_say_past_whisper_s_full_stop(text, language, said):
+    assert words_say(text, language) == said
+
+
+def test_the_rule_words_first_then_the_voice():
+    assert judge("I went to the store and.", "en", 0.99) == Verdict(False, "words")
+    assert judge("Where are you from?", "en", 0.01) == Verdict(True, "words")
+    assert judge("I went to the store.", "en", 0.9) == Verdict(True, "words+voice")
+    assert judge("I went to the store.", "en", 0.1) == Verdict(False, "words+voice")
+    assert judge("Ik ga naar huis.", "ja", 0.9) == Verdict(True, "voice")
+    assert judge("Ik ga naar huis.", "ja", 0.1) == Verdict(False, "voice")
+
+
+def test_without_the_audio_model_the_words_decide_or_silence_does():
+    assert judge("I went to the store.", "en", None) == Verdict(True, "words")
+    assert judge("I went to the store.", "en", float("nan")) == Verdict(True, "words")
+    assert judge("Something.", "ja", None) == Verdict(True, NO_SIGNAL)

@@ -1,0 +1,169 @@
+"""Does the voice sound finished? Pipecat's Smart Turn v3, an audio model, on the speech up to a pause.
+
+The text rule (speech/turns.py) reads whisper's words; it cannot hear a voice that trails off on a
+rising or level pitch, nor see a filler whisper left out. Smart Turn v3.2 (Daily, BSD-2; vendored as
+models/smart-turn-v3.2-cpu.onnx, provenance in models/README.md) hears that: a whisper-tiny encoder
+with a classifier, trained on many languages, that takes the last 8 s of 16 kHz audio ending at the
+pause and gives the probability that the turn is complete. ~70 ms a call on one core, so the listener
+asks it once per pause, off the audio callback.
+
+Its input is whisper's log-mel spectrogram, computed here with numpy alone (the transformers feature
+extractor's recipe, which the model was trained with): the 8 s window zero-padded at the front, the
+waveform scaled to zero mean and unit variance, a centred 400-point STFT (periodic Hann, hop 160,
+reflect padding), the power through 80 Slaney-scaled mel filters, log10, the last frame dropped,
+clamped to 8 below the maximum, then (x + 4) / 4: 80 x 800 floats. numpy and onnxruntime are
+imported on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import TYPE_CHECKING, Any
+
+from mcp_listen.config.libraries import import_onnxruntime
+from mcp_listen.contract.limits import SAMPLE_RATE
+from mcp_listen.errors import VADError
+from mcp_listen.speech.vad import model_folder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
+MODEL_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
+"""As shipped in the pipecat-ai 1.14.0 wheel (pipecat/audio/turn/smart_turn/data/)."""
+WINDOW_S = 8
+"""The model hears the last 8 s before the pause."""
+HEARD_SAMPLES = WINDOW_S * SAMPLE_RATE
+N_FFT, HOP, N_MELS = 400, 160, 80
+
+
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale: linear to 1 kHz, logarithmic above (librosa's default, whisper's)."""
+    import numpy as np
+
+    log_part = 15.0 + np.log(np.maximum(hz, 1e-9) / 1000.0) * 27.0 / np.log(6.4)
+    return np.where(hz >= 1000.0, log_part, 3.0 * hz / 200.0)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    return np.where(mel >= 15.0, 1000.0 * np.exp((mel - 15.0) * np.log(6.4) / 27.0), 200.0 * mel / 3.0)
+
+
+def mel_filters() -> np.ndarray:
+    """80 triangular filters over the 201 FFT bins (0-8 kHz), each scaled to unit area (Slaney)."""
+    import numpy as np
+
+    edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(SAMPLE_RATE / 2))), N_MELS + 2))
+    bins = np.linspace(0.0, SAMPLE_RATE / 2, N_FFT // 2 + 1)[:, None]
+    rising = (bins - edges[:-2]) / (edges[1:-1] - edges[:-2])
+    falling = (edges[2:] - bins) / (edges[2:] - edges[1:-1])
+    triangles = np.maximum(0.0, np.minimum(rising, falling)) * (2.0 / (edges[2:] - edges[:-2]))
+    return np.ascontiguousarray(triangles.T)  # (80, 201)
+
+
+def log_mel(samples: np.ndarray) -> np.ndarray:
+    """The model's input for the audio ending at the pause (int16 or float, 16 kHz): (80, 800) float32."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    x = np.asarray(samples, dtype=np.float32)
+    if samples.dtype == np.int16:
+        x = x / 32768.0
+    n = WINDOW_S * SAMPLE_RATE
+    x = np.pad(x[-n:], (max(0, n - len(x)), 0))
+    x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+    frames = sliding_window_view(np.pad(x.astype(np.float64), N_FFT // 2, mode="reflect"), N_FFT)[::HOP]
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic, as torch's
+    power = np.abs(np.fft.rfft(frames * hann, axis=-1)) ** 2
+    spec = np.log10(np.maximum(_filters() @ power.T, 1e-10))[:, :-1]
+    spec = np.maximum(spec, spec.max() - 8.0)
+    return ((spec + 4.0) / 4.0).astype(np.float32)
+
+
+_FILTERS: list[Any] = []
+
+
+def _filters() -> np.ndarray:
+    if not _FILTERS:
+        _FILTERS.append(mel_filters())
+    return _FILTERS[0]
+
+
+class SmartTurn:
+    """One onnxruntime session of the model; `probability` may be called from any thread (one at a time)."""
+
+    def __init__(self) -> None:
+        onnxruntime = import_onnxruntime()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1  # one core: the phrase worker's whisper has the others
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        resource = model_folder() / MODEL_FILE
+        try:
+            model = resource.read_bytes()
+            self.session = onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # OSError, or onnxruntime's own pybind exception types
+            raise VADError(
+                f"The bundled Smart Turn model ({resource}) could not be loaded ({type(exc).__name__}); "
+                "reinstall mcp-listen."
+            ) from exc
+        self._lock = threading.Lock()
+
+    def probability(self, samples: np.ndarray) -> float:
+        """How likely the speech in `samples` (16 kHz, ending at the pause) is a finished turn, 0-1."""
+        features = log_mel(samples)[None]
+        with self._lock:
+            out = self.session.run(None, {"input_features": features})
+        return float(out[0].reshape(-1)[0])
+
+
+_SHARED: list[SmartTurn] = []
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_smart_turn() -> SmartTurn:
+    """The process's one session (loading it costs ~100 ms and ~30 MB: once, on first use)."""
+    with _SHARED_LOCK:
+        if not _SHARED:
+            _SHARED.append(SmartTurn())
+        return _SHARED[0]
+
+
+class VoiceAtPause:
+    """The audio model's answer for the pause in progress, worked out on a thread of its own: the
+    listener asks once per pause (`ask`, from the audio thread, returns at once) and reads the answer
+    in each window after (`answer`). A model that cannot load answers NaN: the words decide alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: int | None = None
+        self._answer: float | None = None
+
+    def ask(self, key: int, samples: np.ndarray) -> None:
+        """Hear `samples` (the speech up to the pause) for the pause `key` names; again for the same key: nothing."""
+        with self._lock:
+            if key == self._key:
+                return
+            self._key, self._answer = key, None
+        threading.Thread(target=self._hear, args=(key, samples), name="mcp-listen-smart-turn", daemon=True).start()
+
+    def _hear(self, key: int, samples: np.ndarray) -> None:
+        try:
+            probability = shared_smart_turn().probability(samples)
+        except Exception as exc:  # noqa: BLE001 - a missing model, onnxruntime's own errors: the words decide alone
+            log.warning("The Smart Turn model failed (%s); end of turn by the words alone", type(exc).__name__)
+            probability = math.nan
+        with self._lock:
+            if self._key == key:
+                self._answer = probability
+
+    def answer(self, key: int) -> tuple[bool, float | None]:
+        """(in, probability) for the pause `key`: (False, None) until it is in; NaN without a model."""
+        with self._lock:
+            return (self._key == key and self._answer is not None), (self._answer if self._key == key else None)

@@ -1,0 +1,96 @@
+"""The audio model of end_of_turn "smart" (speech/smart_turn.py) on real speech: the vendored Smart Turn
+v3.2 ONNX, its whisper features computed with numpy, and the rule that joins it to the words
+(speech/turns.py `judge`). Fixture: JFK's 11 s (tests/fixtures/turns/), whole (a finished turn) and cut
+in two real word gaps mid-sentence, each followed by 300 ms of the recording's own noise floor."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcp_listen.speech import smart_turn
+from mcp_listen.speech.smart_turn import HEARD_SAMPLES, VoiceAtPause, log_mel, shared_smart_turn
+from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
+
+JFK = Path(__file__).resolve().parents[1] / "fixtures" / "turns" / "jfk.wav"
+CUTS_S = {"ask not what your country can do for": 6.81, "ask what you can do for your": 9.67}
+"""Mid-sentence cuts in JFK's speech, each in the middle of a real word gap (under 10 % of the peak)."""
+
+
+def read(path) -> np.ndarray:
+    with wave.open(str(path)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16)
+
+
+def then_quiet(samples: np.ndarray, cut: int | None = None) -> np.ndarray:
+    """The speech up to `cut`, then 300 ms of noise at the RMS of the recording's quietest 100 ms."""
+    frames = samples[: len(samples) // 1600 * 1600].astype(np.float64).reshape(-1, 1600)
+    rms = float(np.sqrt((frames**2).mean(axis=1)).min())
+    noise = np.random.default_rng(1).normal(0, max(rms, 1.0), 4800).astype(np.int16)
+    return np.concatenate([samples[:cut], noise])
+
+
+def test_the_model_is_the_pinned_file():
+    data = (smart_turn.model_folder() / smart_turn.MODEL_FILE).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == smart_turn.MODEL_SHA256
+    assert (smart_turn.model_folder() / "LICENSE-smart-turn").read_text().startswith("BSD 2-Clause License")
+
+
+def test_the_features_are_whisper_s_log_mel():
+    """Pinned against the reference extractor (pipecat's vendored transformers recipe, same input:
+    the last 8 s of JFK; equal to the last float32 bit when this was written)."""
+    features = log_mel(read(JFK))
+    assert features.shape == (80, 800) and features.dtype == np.float32
+    assert features[0, 0] == pytest.approx(0.82086754, abs=1e-5)
+    assert features[40, 700] == pytest.approx(0.5267038, abs=1e-5)
+    assert features[79, 799] == pytest.approx(-0.10787901, abs=1e-5)
+    assert features[10, 123] == pytest.approx(1.0873002, abs=1e-5)
+    assert float(features.mean()) == pytest.approx(0.57772094, abs=1e-5)
+
+
+def test_short_audio_is_padded_at_the_front_as_the_model_was_trained():
+    samples = (np.sin(np.arange(16000) / 5) * 8000).astype(np.int16)
+    features = log_mel(samples)
+    assert features.shape == (80, 800)
+    assert features[:, :650].std() < 1e-3  # the 7 s of padding before the 1 s of sound are all alike
+    assert features[:, 700:].std() > 0.01
+
+
+def test_a_finished_sentence_sounds_finished():
+    assert shared_smart_turn().probability(then_quiet(read(JFK))) >= VOICE_THRESHOLD
+
+
+@pytest.mark.parametrize("words", sorted(CUTS_S))
+def test_a_sentence_cut_mid_way_does_not(words):
+    samples = read(JFK)
+    probability = shared_smart_turn().probability(then_quiet(samples, round(CUTS_S[words] * 16000)))
+    assert probability < VOICE_THRESHOLD
+    assert not judge(f"{words}.", "en", probability).finished  # the words alone say as much here
+
+
+def test_the_voice_decides_where_the_words_say_nothing():
+    samples = read(JFK)
+    held = judge(
+        "Ask not what your country can do.", "en", shared_smart_turn().probability(then_quiet(samples, 7 * 16000))
+    )
+    ended = judge("Ask what you can do for your country.", "en", shared_smart_turn().probability(then_quiet(samples)))
+    assert (held.finished, held.by) == (False, "words+voice")
+    assert (ended.finished, ended.by) == (True, "words+voice")
+
+
+def test_the_listener_s_asker_answers_once_per_pause_off_its_thread():
+    samples = then_quiet(read(JFK))
+    voice = VoiceAtPause()
+    assert voice.answer(1) == (False, None)
+    voice.ask(1, samples[-HEARD_SAMPLES:])
+    deadline = time.monotonic() + 60
+    while not voice.answer(1)[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    done, probability = voice.answer(1)
+    assert done and probability is not None and probability >= VOICE_THRESHOLD
+    assert voice.answer(2) == (False, None)  # another pause: not asked
