@@ -41,8 +41,8 @@ STOP_WAIT_S = 1.0
 STOP_POLL_S = 0.005
 """How often stop_speaking looks whether the claim has stopped speaking."""
 NO_MICROPHONE_SPEAK = (
-    "barge_in needs the default microphone open beside the speaker, and it could not be opened ({reason}): the "
-    "speech played without listening. Check it with: mcp-listen doctor."
+    "barge_in needs the default microphone open beside the speaker, and it could not be opened or was lost "
+    "({reason}): the speech played without listening. Check it with: mcp-listen doctor."
 )
 CANCELLER_FAILED = (
     "Barge-in's echo canceller (pywebrtc-audio) failed to start ({reason}): this turn listened after the speech "
@@ -180,7 +180,7 @@ class SpeechOutput:
                     warning = warning or CANCELLER_FAILED_SPEAK.format(reason=failed)
                     playback.run(args.text, speed)
                 else:
-                    next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
+                    warning = self._listen_while_speaking(turn, microphone, playback, on)
         except Cancelled:
             pass  # as without barge_in: a cancelled speech is an interrupted one
         finally:
@@ -194,6 +194,19 @@ class SpeechOutput:
         first = ms_between(received, played.first_audio_at)
         cut_in = turn is not None and turn.barged_at is not None
         return Spoken(voice.name, played.duration_ms, first, played.interrupted or cut_in, warning=warning)
+
+    def _listen_while_speaking(self, turn: BargeIn, microphone: Any, playback: Playback, on: ExitStack) -> str | None:
+        """Until the user cuts in or the speech ends. A microphone lost meanwhile leaves the speech to play
+        on, unheard, and the warning says so; a speaker lost with it (one sound server) then ends the call
+        as it would without barge_in (its error says played_ms)."""
+        try:
+            next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
+            return None
+        except CaptureError as exc:
+            log.warning("barge-in: the microphone was lost mid-speech (%s): the speech plays on unheard", exc.code)
+            on.__exit__(type(exc), exc, exc.__traceback__)  # it closes now, as a failed stream: without waiting
+            playback.ended.wait()
+            return NO_MICROPHONE_SPEAK.format(reason=exc.message)
 
     def _microphone_beside_the_speaker(self, on: ExitStack, cancel: Cancel) -> tuple[Any, str | None]:
         """The default microphone, open (until `on` closes) to listen while the speaker plays; else None and
