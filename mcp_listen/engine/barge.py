@@ -11,8 +11,8 @@ speaks (within LEVEL_DB: not the faint tail of a word), and Silero must hear spe
 holds only while the model has learnt the path. Before (the first seconds) and whenever its guard
 found it run away, the stricter rule on AEC3 alone decides: Silero on AEC3's output averaging
 STRICT_PROBABILITY over STRICT_WINDOWS, SETTLE_S after the echo's delay was measured. A model that
-stays unlearnt for RELEARN_S, or that ran away, has the delay measured again (the echo moved: a
-sound server's hiccup), and nothing counts until that is done. Nothing counts before the delay is
+stays unlearnt for RELEARN_S, or that ran away once learnt, has the delay measured again beside the
+one in use (the echo moved: a sound server's hiccup). Nothing counts before the delay is
 measured (the first second of speech); when that search finds no echo (headphones), speech as loud
 as usual suffices. Then the speech stops, and the last PRE_ROLL_WINDOWS windows go to the listener
 first: nothing the user said is lost. What the listener hears is the microphone less the predicted
@@ -124,10 +124,13 @@ class BargeIn(SpeechFirst):
         self._count = 0
         self._unlearnt = 0
         self._resets = 0
+        self._was_learnt = False
         self.aligner = Aligner()
+        """The delay in use: measured in the first second of speech, or since measured again."""
+        self._again: Aligner | None = None
+        """The delay being measured again, beside the one in use (which stays until a new one is found)."""
         self.aligned_window: int | None = None
-        """The window from which the reference is aligned with the echo (None until then, and while it is
-        measured again)."""
+        """The window from which the reference is aligned with the echo (None until then)."""
         self.realigned = 0
         """How often the delay was measured again (the echo model stayed unlearnt, or ran away)."""
         self.barged_at: float | None = None
@@ -216,9 +219,10 @@ class BargeIn(SpeechFirst):
             return window, window, None
         heard_from = self._anchor + (count - 1) * WINDOW_S - input_latency_s
         reference = far.reference(heard_from, self.aligner.lead_s)
-        if self.aligner.add(window, reference):
+        if self.aligner.add(window, reference) or self._measured_again(window, heard_from, far):
             self._canceller.reset()
             self._teach_echo_model(far)
+            self.aligned_window = count
             reference = far.reference(heard_from, self.aligner.lead_s)
             log.info("the echo's delay measured: the reference now leads it by %.0f ms", ALIGNED_LEAD_S * 1000)
         if self.aligned_window is None and self.aligner.done:
@@ -228,17 +232,33 @@ class BargeIn(SpeechFirst):
         self._watch(explained, reference)
         return self._canceller.clean(window, reference), left, explained
 
+    def _measured_again(self, window: Any, heard_from: float, far: FarEnd) -> bool:
+        """Feed the delay being measured again (its own search reference: the canceller and the model keep
+        theirs meanwhile); True once it found the echo and became the delay in use."""
+        again = self._again
+        if again is None:
+            return False
+        found = again.add(window, far.reference(heard_from, again.lead_s))
+        if again.done:
+            self._again = None
+            if found:
+                self.aligner, self._was_learnt, self._unlearnt = again, False, 0
+        return found
+
     def _watch(self, explained: Explained, reference: Any) -> None:
-        """Measure the delay again when the echo model ran away (its guard reset it) or stays unlearnt for
-        RELEARN_S of speech after the delay was measured: the echo has moved."""
+        """Measure the delay again when the echo model, once learnt, ran away (its guard reset it), or when it
+        stays unlearnt for RELEARN_S of speech after the delay was measured (once a turn): the echo has
+        moved. Until a new delay is found the one in use stays, and the rule on AEC3 alone decides."""
         ran_away = self._echo.resets != self._resets
         self._resets = self._echo.resets
-        if self.aligned_window is None or self.aligner.measured_lag_s is None:
+        if self.aligned_window is None or self.aligner.measured_lag_s is None or self._again is not None:
             return
+        self._was_learnt = self._was_learnt or explained.learnt
         self._unlearnt = 0 if explained.learnt else self._unlearnt + bool(reference.any())
-        if ran_away or self._unlearnt * WINDOW_S >= RELEARN_S:
-            log.info("the echo model %s: measuring the echo's delay again", "ran away" if ran_away else "never learnt")
-            self.aligner, self.aligned_window, self._unlearnt = Aligner(), None, 0
+        never = self._unlearnt * WINDOW_S >= RELEARN_S and not self.realigned
+        if (ran_away and self._was_learnt) or never:
+            log.info("the echo model %s: measuring the echo's delay again", "never learnt" if never else "ran away")
+            self._again, self._was_learnt, self._unlearnt = Aligner(), False, 0
             self.realigned += 1
 
     def _teach_echo_model(self, far: FarEnd) -> None:
