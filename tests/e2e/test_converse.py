@@ -16,6 +16,8 @@ from rpc import error_of, mcp_client, wire
 from speaker_rig import FOX, LONG, VOICE, recording_the_speaker, sound_span_ms
 from speech_checks import heard_lighthouse, speech_clip
 
+from mcp_listen.contract.limits import BARGE_IN_BY_DEFAULT
+
 pytestmark = pytest.mark.anyio
 
 ASKED = "Tell me which colour you like best. Purple, orange or yellow?"
@@ -53,7 +55,8 @@ def test_the_answer_is_heard_and_the_agent_never_hears_itself(speak_env, vmic, m
     assert (data["stopped_by"], data["language"]) == ("silence", "en"), data
     assert data["end_reason"] in ("silence", "complete"), data  # complete once end_of_turn smart is the default
     spoken = data["spoken"]
-    assert set(spoken) == {"voice", "duration_ms", "first_audio_ms", "interrupted"}
+    barge_in = {"played_ms"} if BARGE_IN_BY_DEFAULT else set()  # with barge-in on: how much the user heard
+    assert set(spoken) == {"voice", "duration_ms", "first_audio_ms", "interrupted"} | barge_in, spoken
     assert spoken["voice"] == VOICE and spoken["interrupted"] is False and spoken["duration_ms"] > 1500, spoken
     assert isinstance(spoken["first_audio_ms"], int) and spoken["first_audio_ms"] >= 0
 
