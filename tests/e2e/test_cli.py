@@ -257,6 +257,7 @@ def test_query_runs_the_whole_voice_query_from_a_terminal(env, vmic, ollama, mod
 
 
 @pytest.mark.solo  # the words must be transcribed before the speaker stops: a loaded machine is too late
+@pytest.mark.xdist_group("solo-cpu")
 def test_listen_on_a_terminal_shows_the_words_while_the_user_speaks(env, vmic, model_path):
     first, second = "I went to the store to buy some bread and some milk for the", "children and for me."
     clip = A.concat([A.silence(300), A.speech(first), A.silence(600), A.speech(second), A.silence(2500)])

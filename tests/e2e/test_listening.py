@@ -30,6 +30,7 @@ async def test_a_pause_inside_a_sentence_is_not_a_sentence_break(vmic, tmp_path,
 
 
 @pytest.mark.solo  # the first phrase must be transcribed while the second is spoken: a loaded machine is late
+@pytest.mark.xdist_group("solo-cpu")
 async def test_the_words_so_far_come_in_progress_messages_while_the_user_speaks(vmic, tmp_path, model_path):
     """The first part is cut and transcribed while the second is spoken: its words reach the client
     in a progress message before the recording ends, and they are the words of the result."""
