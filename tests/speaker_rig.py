@@ -7,6 +7,7 @@ own microphone hears: the worst echo, the speaker at full level straight into th
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,8 +30,12 @@ LONG = " ".join(
 SOUND = 300
 """A sample louder than this (about -40 dBFS) is sound; the null sink's silence is exact zeros."""
 VOICE = "en_US-joe-medium"
-AGENT_WORDS = ("fisherman", "village", "basket", "rowed", "sea")
-"""Words of LONG that no user clip holds: one of them in a transcript is the agent's own voice."""
+AGENT_WORDS = frozenset(
+    "once upon time small village sea lived old fisherman wife morning rowed rocks evening came home basket "
+    "fish calm further gone shore cast net waited".split()
+)
+"""LONG's words that no user clip holds: one of them in a transcript is the agent's own voice (a barge-in
+that stopped the speech on it handed its last words to the listener: "small", 2.3 s in)."""
 CUT_IN_AFTER_S = 4.0
 """From the speech's start on get_status to the user's clip: ~2.5 s of speech played, past the first ~2 s
 that cannot be interrupted (the echo's delay measured, then the canceller settles: engine/barge.py)."""
@@ -46,8 +51,8 @@ def speaking_env(mic_env: dict[str, str], home: Path, voices: Path, **extra: str
 
 
 def agent_words_in(text: str | None) -> list[str]:
-    heard = (text or "").lower()
-    return [word for word in AGENT_WORDS if word in heard]
+    """The agent's words in a transcript, word by word ("sea" is not in "season")."""
+    return [word for word in re.findall(r"[a-z]+", (text or "").lower()) if word in AGENT_WORDS]
 
 
 def user_cuts_in(w: Any, vmic: Any, tool: str, args: dict[str, Any], token: str = "turn") -> tuple[dict, float]:
