@@ -9,11 +9,12 @@ punctuation does. Pure: no audio, no whisper.
 
 `judge` is the rule "smart" uses, words and voice together. The words speak first, past whisper's
 full stop (`words_say`): a trailing conjunction, article, preposition or filler, an ellipsis, a
-comma or no final punctuation hold the turn ("words"); a question or an exclamation ends it
-("words"). Otherwise the audio model (speech/smart_turn.py, the last 8 s of the voice) decides: a
-probability of a finished turn of at least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a
-language whose words the rule does not know), below it holds. Without the audio model the words
-alone decide ("words"), and a language the rule does not know ends as silence does (NO_SIGNAL).
+comma or no final punctuation hold the turn ("words"). Otherwise, a question or an exclamation
+too (whisper puts "!" on garbled cut-off words), the audio model (speech/smart_turn.py, the last 8 s
+of the voice) decides: a probability of a finished turn of at least VOICE_THRESHOLD ends it
+("words+voice", or "voice" in a language whose words the rule does not know), below it holds.
+Without the audio model the words alone decide ("words"), and a language the rule does not know
+ends as silence does (NO_SIGNAL).
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def judge(text: str, language: str, probability: float | None, threshold: float 
     """The verdict on a pause from the words heard up to it and the audio model's `probability` that the
     turn is finished (None or NaN: no audio model). The rule is the module's docstring."""
     said = words_say(text, language)
-    if said in ("unfinished", "finished"):
-        return Verdict(said == "finished", "words")
+    if said == "unfinished":
+        return Verdict(False, "words")
     if probability is None or math.isnan(probability):
-        return Verdict(True, "words" if said == "open" else NO_SIGNAL)
+        return Verdict(True, NO_SIGNAL if said is None else "words")
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

@@ -74,7 +74,8 @@ def test_the_words_say_past_whisper_s_full_stop(text, language, said):
 
 def test_the_rule_words_first_then_the_voice():
     assert judge("I went to the store and.", "en", 0.99) == Verdict(False, "words")
-    assert judge("Where are you from?", "en", 0.01) == Verdict(True, "words")
+    assert judge("Where are you from?", "en", 0.01) == Verdict(False, "words+voice")  # "?" on a cut: the voice
+    assert judge("Where are you from?", "en", None) == Verdict(True, "words")
     assert judge("I went to the store.", "en", 0.9) == Verdict(True, "words+voice")
     assert judge("I went to the store.", "en", 0.1) == Verdict(False, "words+voice")
     assert judge("Ik ga naar huis.", "ja", 0.9) == Verdict(True, "voice")
