@@ -91,12 +91,17 @@ def words_say(text: str, language: str) -> str | None:
     return "unfinished" if last and last.group(1).lower().replace("’", "'") in trailing else "open"
 
 
-def judge(text: str, language: str, probability: float | None, threshold: float = VOICE_THRESHOLD) -> Verdict:
+def judge(
+    text: str, language: str, probability: float | None, threshold: float = VOICE_THRESHOLD, *, heard: bool = True
+) -> Verdict | None:
     """The verdict on a pause from the words heard up to it and the audio model's `probability` that the
-    turn is finished (None or NaN: no audio model). The rule is the module's docstring."""
+    turn is finished (None or NaN: no audio model); None while the voice is not `heard` yet and the words
+    alone do not hold the turn. The rule is the module's docstring."""
     said = words_say(text, language)
     if said == "unfinished":
         return Verdict(False, "words")
+    if not heard:
+        return None
     if probability is None or math.isnan(probability):
         return Verdict(True, NO_SIGNAL if said is None else "words")
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

@@ -82,6 +82,11 @@ def test_the_rule_words_first_then_the_voice():
     assert judge("Ik ga naar huis.", "ja", 0.1) == Verdict(False, "voice")
 
 
+def test_unfinished_words_hold_at_once_the_rest_waits_for_the_voice():
+    assert judge("I went to the store and.", "en", None, heard=False) == Verdict(False, "words")
+    assert judge("I went to the store.", "en", None, heard=False) is None
+
+
 def test_without_the_audio_model_the_words_decide_or_silence_does():
     assert judge("I went to the store.", "en", None) == Verdict(True, "words")
     assert judge("I went to the store.", "en", float("nan")) == Verdict(True, "words")
