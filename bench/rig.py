@@ -31,8 +31,7 @@ RATE = 16000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TEST_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL") or ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
 """The whisper model of the test suite (tools/make_test_assets.py writes it), unless told another."""
-SETTLE_S = 0.15
-"""Pause between "the stream is running" and starting the clip."""
+SETTLE_S = 0.15  # the pause between "the stream is running" and starting the clip
 
 
 def proc_stats(pid: int) -> dict[str, float]:
