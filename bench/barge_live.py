@@ -5,8 +5,8 @@ server, the sound server and the agent's voice at full level in the microphone (
 
 One server for the whole series (a user's session), barge-in on by MCP_LISTEN_BARGE_IN. Each run is the
 user cutting in (passes when the speech stopped after the user began, "lighthouse" is in the transcript
-and no agent word is), then the agent alone (passes when the speech played out and no word of it is in
-the transcript). Reaction: the user's first sample above -40 dBFS in the sink's monitor (bench/rig.py's
+and no agent word is), then the agent alone (passes when the speech played out and nothing was transcribed:
+nobody else spoke). Reaction: the user's first sample above -40 dBFS in the sink's monitor (bench/rig.py's
 Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines saying
 the echo model diverged or ran away (AEC3 alone reports none). CPU: the server's over the agent-alone call.
 """
@@ -65,8 +65,8 @@ def alone(w: Any, model: Path) -> dict[str, Any]:
     spoken = data.get("spoken", {})
     row = {"stopped": bool(spoken.get("interrupted")), "agent_words": agent_words_in(data.get("transcription"))}
     row.update(played_ms=spoken.get("played_ms"), cpu_pct=round(100 * (proc_stats(pid)["cpu_s"] - cpu) / wall, 1))
-    row["passed"] = not row["stopped"] and not row["agent_words"] and not result.get("isError")
-    return {**row, "transcription": data.get("transcription"), **failure(result)}
+    row["passed"] = not row["stopped"] and not data.get("transcription") and not result.get("isError")
+    return {**row, "transcription": data.get("transcription"), **failure(result)}  # any words: its own voice
 
 
 def failure(result: dict[str, Any]) -> dict[str, str]:  # the error a failed call returned (its text)
