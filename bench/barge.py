@@ -1,28 +1,19 @@
-"""Barge-in on echo paths the live rig cannot make: converse's own turn (engine/barge.py: BargeIn, with
-WebRTC AEC3 and Silero) fed, window by window on a simulated clock, what a microphone in a room hears.
+"""Barge-in on echo paths the live rig cannot make: converse's own turn (engine/barge.py: BargeIn) fed, window
+by window on a simulated clock, what a microphone in a room hears; beside the server's own canceller and echo
+model, the maintained alternatives (bench/cancellers.py), each option on the very same cases.
 
-    python bench/barge.py [--runs N] [--json OUT] [--voice PATH] [--model PATH]
+    python bench/barge.py [--runs N] [--options product,aec3,livekit,speex] [--json OUT] [--voice P] [--model P]
 
-The agent's speech is Piper's (the test voice, at three speeds); the user's is real recorded speech
-(bench/realspeech_data.py: the English clips). What the microphone hears is the speech as played,
-through an echo path (delay, gain, a reverberant tail), plus the user placed at a random moment,
-plus steady noise; when the turn stops the speech, the echo stops too (what was played until then,
-one speaker block later, through the same path). The clock is simulated (time.monotonic in the
-turn's modules is this bench's clock), so a 20 s speech takes ~1 s to run; everything else — the
-reference's alignment, the canceller, the onset rule, the pre-roll — is the server's own code.
-
-Per condition: false barge-ins (the agent alone, `--runs` runs: long and short texts, with pauses),
-reaction (the user's first loud sample -> the speech stopping, in the microphone's timeline, plus
-the live speaker's cancel-to-silence from bench/results-speak.json), the words (whisper on what the
-turn hands the listener, WER against the reference, beside whisper on the clip alone), the
-canceller's echo return loss enhancement once aligned, and the CPU the turn takes per second of
-speech. bench/README.md ("Barge-in") explains every figure. The live behaviour on the test rig's
-full-level echo is tests/e2e/test_barge_in.py.
+The agent is Piper's test voice at three speeds, the user real recorded speech (bench/realspeech_data.py),
+heard through an echo path (delay, gain, a reverberant tail) with steady noise; when the turn stops the
+speech, the echo stops one speaker block later. time.monotonic in the turn's modules is this bench's
+clock, so only the CPU figure feels other work on the machine. Per option and condition: false
+barge-ins, reaction beside the same rule's floor on the clip alone, WER beside the clip alone, ERLE,
+CPU (bench/README.md, "Barge-in"). `livekit` needs `pip install livekit`, `speex` Debian's libspeexdsp1.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -37,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import realspeech_data
-import run
-from realspeech import errors
+from cancellers import OPTIONS, RecordingCanceller, erle_db, parts
+from clips import errors
 from rig import ROOT
 from speak import SENTENCES
-from stats import summary, verdict
+from stats import CpuBusy, cli, loadavg, save_report, summary, verdict
 
 DEFAULT_VOICE = ROOT / "tests" / "assets" / "voices" / "en_US-joe-medium.onnx"
 DEFAULT_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL") or ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
@@ -58,13 +49,8 @@ CONDITIONS = {
     "full level, no delay": {"delay_ms": 0, "gain_db": 0.0, "reverb": False, "noise_snr_db": None},
     "room, 30 ms, -6 dB, reverb": {"delay_ms": 30, "gain_db": -6.0, "reverb": True, "noise_snr_db": None},
     "room, 120 ms, 0 dB, reverb": {"delay_ms": 120, "gain_db": 0.0, "reverb": True, "noise_snr_db": None},
-    "room, 60 ms, -3 dB, reverb, noise 20 dB SNR": {
-        "delay_ms": 60,
-        "gain_db": -3.0,
-        "reverb": True,
-        "noise_snr_db": 20,
-    },
-}
+    "room, 60 ms, -3 dB, reverb, noise 20 dB SNR": {"delay_ms": 60, "gain_db": -3.0, "reverb": True, "noise_snr_db": 20},
+}  # fmt: skip
 """The issue's rig: (a) full level, no delay; (b) room-like paths, 30-120 ms, -6 to 0 dB, reverberation;
 (c) steady room noise at 20 dB SNR (to the user's speech)."""
 USER_LEVEL_DBFS = -20.0
@@ -75,35 +61,7 @@ SPEEDS = (0.8, 1.0, 1.25)
 RT60_S = 0.3
 TAIL_DB = -12.0
 """The reverberant tail: exponentially decaying noise, 60 dB down in RT60_S, starting TAIL_DB below the direct echo."""
-TARGETS = {"false_barge_ins": 0, "reaction_median_ms": 250.0, "reaction_p90_ms": 400.0, "wer_points_over_alone": 2.0}
-
-
-class Clock:
-    """The simulated time.monotonic of the turn's modules."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-class RecordingCanceller:
-    """The real canceller, keeping what went in and came out (for the ERLE)."""
-
-    def __init__(self) -> None:
-        from mcp_listen.audio.echo import Canceller
-
-        self._inner = Canceller()
-        self.pairs: list[tuple[Any, Any]] = []
-
-    def clean(self, near: Any, far: Any) -> Any:
-        out = self._inner.clean(near, far)
-        self.pairs.append((near, out))
-        return out
-
-    def reset(self) -> None:
-        self._inner.reset()
+TARGETS = {"reaction_median_ms": 450.0, "reaction_p90_ms": 600.0, "over_floor_ms": 60.0, "wer_points": 5.0, "cpu_pct": 10.0}  # fmt: skip
 
 
 class Room:
@@ -128,7 +86,7 @@ class Room:
         return np.pad(out, (0, max(0, length - n)))[:length]
 
 
-def one_turn(case: dict[str, Any], clock: Clock, vad: Any) -> dict[str, Any]:
+def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[str, Any]:
     """One converse turn with barge-in, simulated: returns when it stopped, what it handed on, and how long it took."""
     import soxr
 
@@ -167,8 +125,11 @@ def one_turn(case: dict[str, Any], clock: Clock, vad: Any) -> dict[str, Any]:
         playback.ended.set()
 
     playback.start, playback.stop = start, stop
-    canceller = RecordingCanceller()
-    turn = BargeIn(playback, "", 1.0, vad, canceller)  # type: ignore[arg-type]
+    inner, model = parts(option)
+    canceller = RecordingCanceller(inner)
+    turn = BargeIn(playback, "", 1.0, vad, canceller, model)  # type: ignore[arg-type]
+    if model is not None:
+        turn._watch = lambda explained, reference: None  # no model to relearn: the rule on the canceller decides
     block = int(BLOCK_S * VOICE_RATE)
 
     def microphone():
@@ -200,6 +161,7 @@ def one_turn(case: dict[str, Any], clock: Clock, vad: Any) -> dict[str, Any]:
         "handed": np.concatenate(handed) if handed else np.zeros(0, np.int16),
         "pairs": canceller.pairs,
         "aligned_window": turn.aligned_window,
+        "realigned": turn.realigned,
         "cpu_per_speech_s": cpu / (len(near) / RATE),
         "speech_s": speech_s,
     }
@@ -214,18 +176,6 @@ class _Iterable:
 
     def __iter__(self):
         return self._windows()
-
-
-def erle_db(pairs: list[tuple[Any, Any]], first: int, last: int) -> float | None:
-    """Echo return loss enhancement over windows [first, last): what went in against what came out."""
-    chosen = pairs[first:last]
-    if not chosen:
-        return None
-    near = np.concatenate([p[0] for p in chosen]).astype(np.float64)
-    out = np.concatenate([p[1] for p in chosen]).astype(np.float64)
-    if not near.any():
-        return None
-    return round(10 * np.log10(np.mean(near**2) / max(np.mean(out**2), 1e-3)), 1)
 
 
 # --------------------------------------------------------------------------- the parts
@@ -271,12 +221,11 @@ def users() -> list[dict[str, Any]]:
     return chosen
 
 
-def reaction_floor_ms(samples: Any, stop_to_silence_ms: float) -> float:
-    """The reaction the onset rule has with no agent at all: Silero (a fresh session) on the clip alone, from
-    its first loud sample to the window on which ONSET_WINDOWS windows average ONSET_PROBABILITY, plus
-    the input latency and the speaker's cancel -> silence. The clips open with 0-280 ms of breath and
-    quiet onset above the loudness mark, which no rule on speech can hear as speech."""
-    from mcp_listen.engine.barge import ONSET_PROBABILITY, ONSET_WINDOWS
+def reaction_floor_ms(samples: Any, stop_to_silence_ms: float, windows: int, probability: float) -> float:
+    """The reaction a rule's Silero part has with no agent at all: Silero (a fresh session) on the clip alone,
+    from its first loud sample to the window on which `windows` windows average `probability`, plus the
+    input latency and the speaker's cancel -> silence. The clips open with 0-280 ms of breath and quiet
+    onset above the loudness mark, which no rule on speech can hear as speech."""
     from mcp_listen.speech.vad import SileroVAD
 
     vad = SileroVAD()
@@ -285,8 +234,8 @@ def reaction_floor_ms(samples: Any, stop_to_silence_ms: float) -> float:
     recent: list[float] = []
     for i in range(len(padded) // WINDOW):
         window = np.clip(padded[i * WINDOW : (i + 1) * WINDOW], -32768, 32767).astype(np.int16)
-        recent = [*recent, vad.hear(window)[0]][-ONSET_WINDOWS:]
-        if len(recent) == ONSET_WINDOWS and sum(recent) >= ONSET_PROBABILITY * ONSET_WINDOWS:
+        recent = [*recent, vad.hear(window)[0]][-windows:]
+        if len(recent) == windows and sum(recent) >= probability * windows:
             heard_ms = ((i + 1) * WINDOW - lead - first_loud(samples)) * 1000 / RATE
             return round(heard_ms + INPUT_LATENCY_S * 1000 + stop_to_silence_ms, 1)
     return float("nan")
@@ -314,70 +263,57 @@ class Whisper:
 
 
 def run_condition(
-    condition: dict[str, Any], parts: dict[str, Any], opts: Any, seed: int, clock: Clock
-) -> dict[str, Any]:
+    condition: dict[str, Any], parts_: dict[str, Any], opts: Any, seed: int, clock: Any
+) -> dict[str, dict[str, Any]]:
+    """Every option on the same cases: `--runs` of the agent alone, as many with the user cutting in."""
     from mcp_listen.speech.vad import SileroVAD
 
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     vad = SileroVAD()
     texts = Agent.KINDS
-    rows_alone, rows_user = [], []
+    out: dict[str, dict[str, Any]] = {o: {"agent_alone": [], "user_cuts_in": []} for o in opts.options}
     for i in range(opts.runs):
-        far = parts["agent"].says(texts[i % len(texts)])
-        case = {
-            "far": far,
-            "room": Room(condition, nrng),
-            "user": None,
-            "user_at": 0,
-            "noise": _noise(condition, None, far, nrng),
-        }
-        result = one_turn(case, clock, vad)
-        aligned = result["aligned_window"]
-        rows_alone.append(
-            {
-                "text": texts[i % len(texts)],
-                "barged": result["barged"],
-                "erle_db": erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW)),
-                "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2),
-            }
-        )
+        far = parts_["agent"].says(texts[i % len(texts)])
+        case = {"far": far, "room": Room(condition, nrng), "user": None, "user_at": 0}
+        case["noise"] = _noise(condition, None, far, nrng)
+        for option in opts.options:
+            result = one_turn(case, clock, vad, option)
+            aligned = result["aligned_window"]
+            erle = erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW))
+            out[option]["agent_alone"].append({"text": texts[i % len(texts)], "barged": result["barged"],
+                "realigned": result["realigned"], "erle_db": erle,
+                "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2)})  # fmt: skip
     for i in range(opts.runs):
-        clip = parts["users"][i % len(parts["users"])]
-        far = parts["agent"].says(f"long@{SPEEDS[i % len(SPEEDS)]}")
-        at_s = rng.uniform(2.0, 5.0)
+        clip = parts_["users"][i % len(parts_["users"])]
+        far = parts_["agent"].says(f"long@{SPEEDS[i % len(SPEEDS)]}")
         user = clip["samples"]
-        user_at = int((0.1 + at_s) * RATE)
-        case = {
-            "far": far,
-            "room": Room(condition, nrng),
-            "user": user,
-            "user_at": user_at,
-            "noise": _noise(condition, user, far, nrng),
-        }
-        result = one_turn(case, clock, vad)
-        onset_s = (user_at + first_loud(user)) / RATE
-        early = result["barged"] and result["stopped_s"] < onset_s  # the agent's own voice stopped it first
-        after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
-        said = parts["whisper"].words(result["handed"]) if result["barged"] else ""
-        ref_errors, ref_words = errors(clip["text"], said)
-        alone_errors, _ = errors(clip["text"], parts["alone"][clip["id"]])
-        rows_user.append(
-            {
-                "clip": clip["id"],
-                "barged": result["barged"],
-                "before_the_user": early,
-                "onset_s": round(onset_s, 3),
-                "reaction_ms": None if after is None else round(after + parts["stop_to_silence_ms"], 1),
-                "reaction_floor_ms": parts["floor"][clip["id"]],
-                "detected_ms": after,
-                "heard": said,
-                "errors": ref_errors,
-                "words": ref_words,
-                "errors_alone": alone_errors,
-            }
-        )
-    return {"condition": condition, "agent_alone": rows_alone, "user_cuts_in": rows_user}
+        user_at = int((0.1 + rng.uniform(2.0, 5.0)) * RATE)
+        case = {"far": far, "room": Room(condition, nrng), "user": user, "user_at": user_at}
+        case["noise"] = _noise(condition, user, far, nrng)
+        for option in opts.options:
+            out[option]["user_cuts_in"].append(
+                _cut_in_row(one_turn(case, clock, vad, option), clip, user_at, parts_, option)
+            )
+    return out
+
+
+def _cut_in_row(
+    result: dict[str, Any], clip: dict[str, Any], user_at: int, parts_: dict[str, Any], option: str
+) -> dict:
+    onset_s = (user_at + first_loud(clip["samples"])) / RATE
+    early = result["barged"] and result["stopped_s"] < onset_s  # the agent's own voice stopped it first
+    after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
+    said = parts_["whisper"].words(result["handed"]) if result["barged"] else ""
+    ref_errors, ref_words = errors(clip["text"], said)
+    return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "realigned": result["realigned"],
+        "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
+        "reaction_floor_ms": parts_["floor"][_rule(option)][clip["id"]], "heard": said, "errors": ref_errors,
+        "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
+
+
+def _rule(option: str) -> str:
+    return "double_talk" if option == "product" else "strict"
 
 
 def _noise(condition: dict[str, Any], user: Any, far: Any, rng: np.random.Generator) -> Any:
@@ -395,101 +331,109 @@ def _noise(condition: dict[str, Any], user: Any, far: Any, rng: np.random.Genera
     return pink * (level / np.sqrt(np.mean(pink**2))) * 10 ** (-snr / 20)
 
 
-def summarise(report: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name, cond in report["conditions"].items():
-        alone, cut = cond["agent_alone"], cond["user_cuts_in"]
-        words = sum(r["words"] for r in cut)
-        out[name] = {
-            "false_barge_ins": sum(r["barged"] for r in alone),
-            "runs_alone": len(alone),
-            "barge_ins_detected": sum(r["barged"] and not r["before_the_user"] for r in cut),
-            "stopped_before_the_user": sum(r["before_the_user"] for r in cut),
-            "runs_user": len(cut),
-            "reaction_ms": summary(r["reaction_ms"] for r in cut if r["reaction_ms"] is not None),
-            "reaction_floor_ms": summary(r["reaction_floor_ms"] for r in cut if r["reaction_ms"] is not None),
-            "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
-            "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
-            "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
-            "cpu_pct_of_one_core": summary(r["cpu_pct_of_one_core"] for r in alone),
-        }
-        s = out[name]
-        s["targets"] = {
-            "false_barge_ins": verdict(s["false_barge_ins"], 0),
-            "reaction_median_ms": verdict(s["reaction_ms"].get("median"), TARGETS["reaction_median_ms"]),
-            "reaction_p90_ms": verdict(s["reaction_ms"].get("p90"), TARGETS["reaction_p90_ms"]),
-            "wer_points_over_alone": verdict(
-                None if s["wer_pct"] is None else s["wer_pct"] - s["wer_alone_pct"], TARGETS["wer_points_over_alone"]
-            ),
-        }
-    return out
+def summarise(rows: dict[str, Any]) -> dict[str, Any]:
+    alone, cut = rows["agent_alone"], rows["user_cuts_in"]
+    words = sum(r["words"] for r in cut)
+    reaction = summary(r["reaction_ms"] for r in cut if r["reaction_ms"] is not None)
+    floor = summary(r["reaction_floor_ms"] for r in cut if r["reaction_ms"] is not None)
+    s = {"false_barge_ins": sum(r["barged"] for r in alone), "runs_alone": len(alone),
+         "barge_ins_detected": sum(r["barged"] and not r["before_the_user"] for r in cut),
+         "stopped_before_the_user": sum(r["before_the_user"] for r in cut), "runs_user": len(cut),
+         "realigned_turns": sum(bool(r["realigned"]) for r in alone + cut),
+         "reaction_ms": reaction, "reaction_floor_ms": floor,
+         "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
+         "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
+         "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
+         "cpu_pct_of_one_core": summary(r["cpu_pct_of_one_core"] for r in alone)}  # fmt: skip
+    gap = None if reaction.get("median") is None else reaction["median"] - floor["median"]
+    s["targets"] = {
+        "false_barge_ins": verdict(s["false_barge_ins"] + s["stopped_before_the_user"], 0),
+        "users_missed": verdict(s["runs_user"] - s["barge_ins_detected"], 0),
+        "reaction_median_ms": verdict(reaction.get("median"), TARGETS["reaction_median_ms"]),
+        "reaction_p90_ms": verdict(reaction.get("p90"), TARGETS["reaction_p90_ms"]),
+        "median_over_floor_ms": verdict(gap, TARGETS["over_floor_ms"]),
+        "wer_points_over_alone": verdict(
+            None if s["wer_pct"] is None else s["wer_pct"] - s["wer_alone_pct"], TARGETS["wer_points"]
+        ),
+        "cpu_pct_median": verdict(s["cpu_pct_of_one_core"].get("median"), TARGETS["cpu_pct"]),
+    }
+    return s
 
 
 def print_table(report: dict[str, Any]) -> None:
+    """One line per option and condition: the README's table."""
     print(f"\nbarge-in, {report['config']['runs']} runs per condition and case")
-    for name, s in report["summary"].items():
-        r = s["reaction_ms"]
-        print(f"\n  {name}")
-        print(f"    false barge-ins (agent alone)   {s['false_barge_ins']} of {s['runs_alone']}")
-        print(f"    user detected                   {s['barge_ins_detected']} of {s['runs_user']}")
-        print(f"    stopped before the user spoke   {s['stopped_before_the_user']} of {s['runs_user']}")
-        print(f"    reaction (onset -> silence)     {r.get('median')} ms median, p90 {r.get('p90')}")
-        f = s["reaction_floor_ms"]
-        print(f"    the same, user alone (floor)    {f.get('median')} ms median, p90 {f.get('p90')}")
-        print(f"    WER with barge-in / clip alone  {s['wer_pct']} % / {s['wer_alone_pct']} %")
-        print(
-            f"    ERLE once aligned               {s['erle_db'].get('median')} dB median (min {s['erle_db'].get('min')})"
-        )
-        print(f"    CPU of the turn                 {s['cpu_pct_of_one_core'].get('median')} % of one core")
+    print("option | condition | false stops (alone + before the user) | users caught | reaction median / p90 "
+          "(floor) ms | WER / alone % | ERLE dB | CPU % | misses")  # fmt: skip
+    for option, conditions in report["summary"].items():
+        for name, s in conditions.items():
+            r, f = s["reaction_ms"], s["reaction_floor_ms"]
+            missed = [k for k, v in s["targets"].items() if v.get("ok") is False]
+            print(
+                f"{option} | {name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
+                f"{s['barge_ins_detected']} of {s['runs_user']} | {r.get('median')} / {r.get('p90')} ({f.get('median')}) | "
+                f"{s['wer_pct']} / {s['wer_alone_pct']} | {s['erle_db'].get('median')} | "
+                f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=20)
-    p.add_argument("--json", type=Path, default=ROOT / "bench" / "results-barge.json")
-    p.add_argument("--voice", type=Path, default=DEFAULT_VOICE)
-    p.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    opts = p.parse_args(argv)
-    began = time.monotonic()
+    opts = cli(
+        __doc__,
+        argv,
+        ("--runs", 20, "runs per condition, of the agent alone and as many with the user"),
+        ("--options", "product", f"comma-separated, of {', '.join(OPTIONS)}"),
+        ("--json", ROOT / "bench" / "results-barge.json", "the report"),
+        ("--voice", DEFAULT_VOICE, "the agent's Piper voice"),
+        ("--model", DEFAULT_MODEL, "whisper model for the words"),
+    )
+    opts.options = [o for o in opts.options.split(",") if o]
+    if unknown := [o for o in opts.options if o not in OPTIONS]:
+        raise SystemExit(f"--options: unknown {unknown}; known: {', '.join(OPTIONS)}")
+    began, busy, load = time.monotonic(), CpuBusy(), loadavg()
     clock = simulated_clock()
     whisper = Whisper(opts.model)
     clips = users()
-    parts = {
+    parts_ = {
         "agent": Agent(opts.voice),
         "users": clips,
         "whisper": whisper,
         "alone": {c["id"]: whisper.words(c["samples"]) for c in clips},
         "stop_to_silence_ms": _stop_to_silence_ms(),
     }
-    parts["floor"] = {c["id"]: reaction_floor_ms(c["samples"], parts["stop_to_silence_ms"]) for c in clips}
-    report: dict[str, Any] = {
-        "config": {
-            "runs": opts.runs,
-            "voice": opts.voice.name,
-            "model": opts.model.name,
-            "speeds": SPEEDS,
-            "clips": [c["id"] for c in clips],
-            "input_latency_s": INPUT_LATENCY_S,
-            "stop_to_silence_ms": parts["stop_to_silence_ms"],
-            "cpus": os.cpu_count(),
-        },
-        "conditions": {},
-    }
+    parts_["floor"] = {rule: _floors(clips, parts_["stop_to_silence_ms"], rule) for rule in ("double_talk", "strict")}
+    report: dict[str, Any] = {"config": {"runs": opts.runs, "options": {o: OPTIONS[o] for o in opts.options},
+        "voice": opts.voice.name, "model": opts.model.name, "speeds": SPEEDS, "clips": [c["id"] for c in clips],
+        "input_latency_s": INPUT_LATENCY_S, "stop_to_silence_ms": parts_["stop_to_silence_ms"], "cpus": os.cpu_count()},
+        "options": {o: {} for o in opts.options}}  # fmt: skip
     for seed, (name, condition) in enumerate(CONDITIONS.items()):
-        report["conditions"][name] = run_condition(condition, parts, opts, seed, clock)
-    report["summary"] = summarise(report)
+        for option, rows in run_condition(condition, parts_, opts, seed, clock).items():
+            report["options"][option][name] = {"condition": condition, **rows}
+    report["summary"] = {o: {n: summarise(rows) for n, rows in conds.items()} for o, conds in report["options"].items()}
+    report["machine"] = {"cpu_busy_during_run_pct": busy.percent(), "loadavg_start": load, "loadavg_end": loadavg()}
     report["elapsed_s"] = round(time.monotonic() - began, 1)
-    run.save_report(report, opts.json, print_table)
+    save_report(report, opts.json, print_table)
     return 0
 
 
-def simulated_clock() -> Clock:
+def _floors(clips: list[dict[str, Any]], stop_ms: float, rule: str) -> dict[str, float]:
+    from mcp_listen.engine import barge
+
+    windows, probability = {
+        "double_talk": (barge.ONSET_WINDOWS, barge.ONSET_PROBABILITY),
+        "strict": (barge.STRICT_WINDOWS, barge.STRICT_PROBABILITY),
+    }[rule]
+    return {c["id"]: reaction_floor_ms(c["samples"], stop_ms, windows, probability) for c in clips}
+
+
+def simulated_clock() -> Any:
     """The turn's modules read this bench's clock: their `time` is a namespace whose monotonic is it."""
     from mcp_listen.engine import barge, turn
 
-    clock = Clock()
-    barge.time = SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
-    turn.time = SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
+    clock = SimpleNamespace(now=1000.0)
+    clock.monotonic = lambda: clock.now
+    barge.time = clock  # type: ignore[assignment]
+    turn.time = clock  # type: ignore[assignment]
     return clock
 
 
