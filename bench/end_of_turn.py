@@ -1,107 +1,95 @@
-"""end_of_turn "smart" against "silence": thinking pauses mid-sentence, and the stop after finished ones.
+"""end_of_turn "smart" against "silence" on the turn set (bench/turn_set.py): thinking pauses held, finished turns ended.
 
-    python bench/end_of_turn.py [--model tests/assets/ggml-tiny.en.bin] [--repeats 2] [--json OUT]
+    python bench/end_of_turn.py [--offline] [--model tests/assets/ggml-base.bin] [--json OUT]
 
-Built from the real English recordings of bench/realspeech_data.py (their own pauses shorter than
-silence_ms):
+--offline judges each signal alone on the audio up to the pause plus TAIL_MS (what the listener has
+when it asks), without the live rig: the text rule as it was (whisper's full stop believed), the words
+without that full stop (speech/turns.py), the audio model (speech/smart_turn.py, its ms per call), and
+the rule that combines them (speech/turns.py `judge`); silence alone ends every pause. It sweeps the
+audio model's threshold.
 
-- *mid-sentence*: each recording with a thinking pause of 1.2, 1.6 or 2.0 s (in turn) spliced into
-  the word gap nearest its middle, filled with the recording's own noise floor (a Gaussian hiss at
-  the RMS of its quietest 100 ms). One `transcribe_voice` per mode; the turn *ended at the pause*
-  when the result's recording is shorter than the speech before the pause plus the pause.
-- *finished*: each recording as it is (a finished sentence, then silence). Per mode and run: the
-  result's arrival after the last loud sample, minus silence_ms (play start + the sample's offset:
-  the playback latency is the same in both modes, so the difference between them is exact).
-
-silence_ms 1000, duration_ms 30000. Reports per mode the pauses that ended the turn, and the
-finished sentences' post-speech median and p90.
+Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
+clip's language), once per mode. The turn *ended at the pause* when the result's recording is shorter
+than the speech before the pause plus the pause. For finished turns that ended there: the result's
+arrival after the last loud sample before the pause (play start + its offset; the playback latency is
+the same in both modes), minus silence_ms. The server's CPU seconds per utterance, per mode.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import audio_assets as A  # noqa: E402
 import numpy as np  # noqa: E402
-import realspeech_data  # noqa: E402
-from latency import close_server  # noqa: E402
-from rig import ROOT, Rig, stop_player  # noqa: E402
-from stats import summary  # noqa: E402
+import turn_set  # noqa: E402
+from rig import ROOT, Rig, audio_assets, stop_player  # noqa: E402
+from stats import Run, cli, save_report, summary, verdict  # noqa: E402
 
 SILENCE_MS = 1000
-PAUSES_MS = (1200, 1600, 2000)
 LEAD_MS = 300
+TAIL_MS = 300
 MODES = ("silence", "smart")
+THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
-def clips() -> list[dict]:
-    return [c for c in realspeech_data.load() if c["language"] == "en" and c["longest_pause_ms"] < SILENCE_MS - 200]
+def rates(rows: list[dict], finished: str) -> dict[str, Any]:
+    """Thinking pauses held and finished turns ended, by the boolean column `finished`."""
+    out: dict[str, Any] = {}
+    for kind, want in (("thinking", False), ("finished", True)):
+        group = [r for r in rows if r["kind"] == kind]
+        right = [r for r in group if r[finished] == want]
+        other = [r for r in right if r["lang"] != "en"]
+        out[f"{kind}_{'held' if kind == 'thinking' else 'ended'}"] = (
+            f"{len(right)} of {len(group)} ({100 * len(right) / max(1, len(group)):.0f} %; non-English "
+            f"{len(other)} of {sum(r['lang'] != 'en' for r in group)})"
+        )
+    return out
 
 
-def envelope(samples: np.ndarray, ms: int = 10) -> np.ndarray:
-    n = A.RATE * ms // 1000
-    frames = np.abs(samples[: len(samples) // n * n].astype(np.float64)).reshape(-1, n)
-    return frames.mean(axis=1)
+def offline(entries: list[dict], model: Path) -> dict[str, Any]:
+    from pywhispercpp.model import Model
+
+    from mcp_listen.speech.smart_turn import shared_smart_turn
+
+    whisper, voice, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), []
+    for e in entries:
+        audio = e["samples"][: e["pause_at"] + 16 * TAIL_MS]
+        ctx = min(1500, len(audio) * 50 // 16000 + 64)  # the encoder on the clip only: 3-6x faster here
+        pieces = whisper.transcribe(audio.astype(np.float32) / 32768, language=e["lang"], audio_ctx=ctx)
+        text = "".join(s.text for s in pieces).strip()
+        began = time.perf_counter()
+        p = voice.probability(audio)
+        rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "text": text, "p": round(p, 3),
+                     "voice_ms": round((time.perf_counter() - began) * 1000, 1), "silence": True})  # fmt: skip
+        print(rows[-1], flush=True)
+    return {"rows": rows, "signals": score(rows), "voice_ms": summary(r["voice_ms"] for r in rows)}
 
 
-def word_gap(samples: np.ndarray) -> int:
-    """The sample in the middle of the quiet run (>= 60 ms under 10 % of the peak envelope) nearest
-    the middle of the speech, between 30 % and 70 % of it."""
-    env = envelope(samples)
-    quiet = env < 0.1 * env.max()
-    loud = np.flatnonzero(~quiet)
-    first, last = loud[0], loud[-1]
-    runs, start = [], None
-    for i in range(first, last + 1):
-        if quiet[i] and start is None:
-            start = i
-        elif not quiet[i] and start is not None:
-            if i - start >= 6:
-                runs.append((start + i) // 2)
-            start = None
-    lo, hi = first + 0.3 * (last - first), first + 0.7 * (last - first)
-    inside = [r for r in runs if lo <= r <= hi] or runs
-    middle = (first + last) / 2
-    return int(min(inside, key=lambda r: abs(r - middle))) * A.RATE // 100
+def score(rows: list[dict]) -> dict[str, Any]:
+    """Each signal alone and the rule, from the rows' text and voice probability (no whisper, no model)."""
+    from mcp_listen.speech.turns import judge, sounds_finished, words_say
+
+    for r in rows:
+        r["today"], r["words"] = sounds_finished(r["text"], r["lang"]), words_say(r["text"], r["lang"]) != "unfinished"
+    signals = {name: rates(rows, name) for name in ("silence", "today", "words")}
+    for t in THRESHOLDS:
+        for r in rows:
+            r[f"voice@{t}"] = r["p"] >= t
+            r[f"judge@{t}"] = getattr(judge(r["text"], r["lang"], r["p"], t), "finished", True)
+        signals[f"voice@{t}"], signals[f"judge@{t}"] = rates(rows, f"voice@{t}"), rates(rows, f"judge@{t}")
+    return signals
 
 
-def hiss_like(samples: np.ndarray, ms: int, seed: int) -> np.ndarray:
-    """`ms` of Gaussian noise at the RMS of the recording's quietest 100 ms (its own floor)."""
-    n = A.RATE // 10
-    frames = samples[: len(samples) // n * n].astype(np.float64).reshape(-1, n)
-    rms = float(np.sqrt((frames**2).mean(axis=1)).min())
-    noise = np.random.default_rng(seed).normal(0, max(rms, 1.0), A.RATE * ms // 1000)
-    return np.clip(noise, -32768, 32767).astype(np.int16)
-
-
-def spliced(entry: dict, pause_ms: int, out: Path) -> tuple[Path, int]:
-    """The recording with a thinking pause at its middle word gap; (WAV, sample where speech resumes)."""
-    samples = A.read_wav(entry["path"])
-    cut = word_gap(samples)
-    lead = np.zeros(A.RATE * LEAD_MS // 1000, dtype=np.int16)
-    tail = np.zeros(A.RATE * (SILENCE_MS + 2000) // 1000, dtype=np.int16)
-    pause = hiss_like(samples, pause_ms, seed=len(entry["id"]))
-    whole = np.concatenate([lead, samples[:cut], pause, samples[cut:], tail])
-    return A.write_wav(whole, out), len(lead) + cut + len(pause)
-
-
-def finished(entry: dict, out: Path) -> tuple[Path, int]:
-    """The recording as it is; (WAV, its last loud sample)."""
-    path = A.concat([A.silence(LEAD_MS), Path(entry["path"]), A.silence(SILENCE_MS + 2000)], path=out)
-    return path, A.last_loud_sample(A.read_wav(path))
-
-
-def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, token: str) -> tuple[float, dict]:
-    """transcribe_voice while `wav` plays: (seconds from play start to the result, the result)."""
-    args = {"whisper_model": model.name, "silence_ms": SILENCE_MS, "duration_ms": 30000, "end_of_turn": mode}
+def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, token: str) -> tuple[float, dict, float]:
+    """transcribe_voice while `wav` plays: (s from play start to result, the result, server CPU s)."""
+    args = {"whisper_model": model.name, "silence_ms": SILENCE_MS, "duration_ms": 30000, "end_of_turn": mode,
+            "language": lang}  # fmt: skip
+    cpu = server.stats["cpu_s"]
     rid, _ = server.start_tool("transcribe_voice", args, token)
     server.wait_until_recording()
     t_play, player = rig.play(wav)
@@ -109,63 +97,69 @@ def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, token: str) -
         t_reply, msg = server.reply(rid, timeout=90)
     finally:
         stop_player(player)
-    return t_reply - t_play, (msg.get("result") or {}).get("structuredContent") or {}
+    data = dict((msg.get("result") or {}).get("structuredContent") or {})
+    data["how"] = next((str(p.get("message")) for _, p in server.progress_for(token)
+                        if str(p.get("message", "")).startswith("Recording finished")), "")  # fmt: skip
+    return t_reply - t_play, data, server.stats["cpu_s"] - cpu
 
 
-def measure(rig: Rig, model: Path, entries: list[dict], work: Path, repeats: int) -> dict[str, Any]:
-    server = rig.server()
-    rows: list[dict] = []
+def live(rig: Rig, model: Path, entries: list[dict], work: Path) -> dict[str, Any]:
+    server, rows = rig.server(), []
+    lead = np.zeros(16 * LEAD_MS, np.int16)
     try:
-        call(rig, server, model, finished(entries[0], work / "warm.wav")[0], "silence", "warm")  # model resident
-        for i, entry in enumerate(entries):
-            pause = PAUSES_MS[i % len(PAUSES_MS)]
-            wav, resumes = spliced(entry, pause, work / f"mid-{i}.wav")
-            for mode in MODES:
-                _, data = call(rig, server, model, wav, mode, f"mid-{i}-{mode}")
-                ended = data.get("duration_ms", 0) * A.RATE // 1000 < resumes
-                rows.append({"clip": entry["id"], "set": "mid", "pause_ms": pause, "mode": mode, "ended": ended})
+        for i, e in enumerate(entries):
+            samples = np.concatenate([lead, e["samples"], np.zeros(16 * (SILENCE_MS + 2500), np.int16)])
+            wav = audio_assets.write_wav(samples, work / f"{e['id']}.wav")
+            last_loud = audio_assets.last_loud_sample(samples[: len(lead) + e["pause_at"]])
+            for mode in MODES if i % 2 == 0 else MODES[::-1]:
+                seconds, data, cpu = call(rig, server, model, wav, mode, e["lang"], f"{e['id']}-{mode}")
+                ended = data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]
+                after = seconds * 1000 - last_loud / 16 - SILENCE_MS
+                rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "mode": mode, "ended": ended,
+                             "finished": ended, "end_reason": data.get("end_reason"), "how": data["how"], "cpu_s": round(cpu, 3),
+                             "post_speech_ms": round(after, 1) if ended else None, "text": data.get("transcription") or ""})  # fmt: skip
                 print(rows[-1], flush=True)
-            wav, last_loud = finished(entry, work / f"end-{i}.wav")
-            for run in range(repeats):
-                for mode in MODES if run % 2 == 0 else MODES[::-1]:
-                    seconds, data = call(rig, server, model, wav, mode, f"end-{i}-{mode}-{run}")
-                    after = seconds * 1000 - last_loud * 1000 / A.RATE - SILENCE_MS
-                    rows.append({"clip": entry["id"], "set": "end", "mode": mode, "post_speech_ms": round(after, 1)})
-                    print(rows[-1], flush=True)
     finally:
-        close_server(server)
-    return {"rows": rows, "summary": summarise(rows)}
-
-
-def summarise(rows: list[dict]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+        server.close_stdin()
+        server.stop()
+    out: dict[str, Any] = {"rows": rows}
     for mode in MODES:
-        mid = [r for r in rows if r["set"] == "mid" and r["mode"] == mode]
-        end = [r["post_speech_ms"] for r in rows if r["set"] == "end" and r["mode"] == mode]
-        out[mode] = {
-            "mid_sentence_pauses_that_ended_the_turn": f"{sum(r['ended'] for r in mid)} of {len(mid)}",
-            "finished_post_speech_ms": summary(end),
-        }
+        mine = [r for r in rows if r["mode"] == mode]
+        ends = [r["post_speech_ms"] for r in mine if r["kind"] == "finished" and r["ended"]]
+        out[mode] = {**rates(mine, "finished"), "finished_post_speech_ms": summary(ends),
+                     "cpu_s_per_utterance": summary((r["cpu_s"] for r in mine), 3)}  # fmt: skip
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", type=Path, default=ROOT / "tests/assets/ggml-tiny.en.bin")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2, help="whisper threads (1 on a machine shared with a job)")
-    parser.add_argument("--json", type=Path)
-    opts = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
-        try:
-            report = measure(rig, opts.model, clips(), Path(tmp), opts.repeats)
-        finally:
-            rig.close()
-    report = {"model": opts.model.name, "threads": opts.threads, "silence_ms": SILENCE_MS, **report}
-    print(json.dumps(report["summary"], indent=2))
-    if opts.json:
-        opts.json.write_text(json.dumps(report, indent=2) + "\n")
+    opts = cli(__doc__, argv, ("--offline", False, "each signal alone, no live rig"),
+               ("--model", ROOT / "tests/assets/ggml-base.bin", "whisper model (multilingual: the set has es, fr)"),
+               ("--threads", 2, "whisper threads"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
+    entries = turn_set.build()
+    run = Run(**vars(opts), utterances=len(entries))
+    if opts.offline:
+        run.report["offline"] = offline(entries, opts.model)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
+            try:
+                run.report["live"] = live(rig, opts.model, entries, Path(tmp))
+            finally:
+                rig.close()
+        smart = run.report["live"]["smart"]
+        held = sum(
+            r["mode"] == "smart" and r["kind"] == "thinking" and not r["ended"] for r in run.report["live"]["rows"]
+        )
+        ended = sum(r["mode"] == "smart" and r["kind"] == "finished" and r["ended"] for r in run.report["live"]["rows"])
+        n_think = sum(e["kind"] == "thinking" for e in entries)
+        run.report["targets"] = {
+            "thinking pauses held, %": verdict(100 * held / n_think, 90, lower_is_better=False),
+            "finished turns ended at the pause, %": verdict(
+                100 * ended / (len(entries) - n_think), 95, lower_is_better=False
+            ),
+            "finished: median ms past silence_ms": verdict(smart["finished_post_speech_ms"].get("median"), 300),
+        }
+    save_report(run.end(), opts.json)
     return 0
 
 

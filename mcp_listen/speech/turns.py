@@ -7,14 +7,14 @@ make the pause that ends the turn longer. Whisper ends almost every piece with a
 one cut mid-sentence ("to buy some bread and."), so the trailing word decides as often as the
 punctuation does. Pure: no audio, no whisper.
 
-`judge` is the rule "smart" uses, words and voice together. The words speak first, past whisper's
-full stop (`words_say`): a trailing conjunction, article, preposition or filler, an ellipsis, a
-comma or no final punctuation hold the turn ("words"). Otherwise, a question or an exclamation
-too (whisper puts "!" on garbled cut-off words), the audio model (speech/smart_turn.py, the last 8 s
-of the voice) decides: a probability of a finished turn of at least VOICE_THRESHOLD ends it
-("words+voice", or "voice" in a language whose words the rule does not know), below it holds.
-Without the audio model the words alone decide ("words"), and a language the rule does not know
-ends as silence does (NO_SIGNAL).
+`judge` is the rule "smart" uses, words and voice together. The words can hold the turn: a last
+word that is a trailing conjunction, article, preposition or filler of the language heard holds it
+("words"), whatever full stop, comma or ellipsis whisper put after it (`words_say`: on the bench's
+turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims. Otherwise the audio model
+(speech/smart_turn.py, the last 8 s of the voice) decides: a probability of a finished turn of at
+least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language whose words the rule does not
+know), below it holds. Without the audio model, `sounds_finished` decides ("words"), and a language
+the rule does not know ends as silence does (NO_SIGNAL).
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ _CLOSERS = "['\"”’»)\\]]*$"
 _ASKS_OR_EXCLAIMS = re.compile(r"[!?！？]" + _CLOSERS)
 _FULL_STOP = re.compile(r"(?<![.])[.。]" + _CLOSERS)
 _LAST_WORD = re.compile(r"(\w[\w'’]*)\W*$")
-_TRAILS_OFF = re.compile(r"(\.\.|…|[,;:\-–—])" + _CLOSERS)
 VOICE_THRESHOLD = 0.5
 """The audio model's probability of a finished turn from which "smart" ends it (chosen on the bench's
 turn set: bench/README.md)."""
@@ -73,20 +72,16 @@ def sounds_finished(text: str, language: str) -> bool:
 
 
 def words_say(text: str, language: str) -> str | None:
-    """What the words alone say of the pause, whatever full stop whisper put at the end: "unfinished"
-    (a trailing word of `language`, an ellipsis, a comma, no final punctuation), "finished" (a
-    question or an exclamation), "open" (nothing against ending), or None when the rule does not
-    know `language`'s words."""
-    text = unicodedata.normalize("NFC", text.strip())
-    if _ASKS_OR_EXCLAIMS.search(text):
-        return "finished"
-    if text and _TRAILS_OFF.search(text):
-        return "unfinished"
+    """What the words alone say of the pause, whatever full stop or comma whisper put at the end:
+    "unfinished" when the last word is one a sentence does not end on in `language` (not in a
+    question or exclamation), else "open"; None when the rule
+    does not know `language`'s words (it does not pretend: the voice decides alone)."""
     trailing = _TRAILING_WORDS.get(language)
     if trailing is None:
         return None
-    if text and not _FULL_STOP.search(text):
-        return "unfinished"  # whisper left the sentence open
+    text = unicodedata.normalize("NFC", text.strip())
+    if _ASKS_OR_EXCLAIMS.search(text):
+        return "open"  # "Where are you from?": the voice decides
     last = _LAST_WORD.search(text)
     return "unfinished" if last and last.group(1).lower().replace("’", "'") in trailing else "open"
 
@@ -103,5 +98,5 @@ def judge(
     if not heard:
         return None
     if probability is None or math.isnan(probability):
-        return Verdict(True, NO_SIGNAL if said is None else "words")
+        return Verdict(True, NO_SIGNAL) if said is None else Verdict(sounds_finished(text, language), "words")
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

@@ -259,7 +259,7 @@ def stop_after_speech_ms(words, end_of_turn, silence_ms=1000, max_pause_ms=3000,
     return (listener.windows - 102) * 32, worker, heard.end_reason
 
 
-@pytest.mark.parametrize("words", ["I went to the store to buy some bread and.", "So I was thinking", None])
+@pytest.mark.parametrize("words", ["I went to the store to buy some bread and.", "So I was thinking of", None])
 def test_smart_end_of_turn_holds_an_unfinished_pause_until_max_pause_ms(words):
     smart, worker, why = stop_after_speech_ms(words, "smart")
     plain, _, plain_why = stop_after_speech_ms(words, "silence")
@@ -277,7 +277,7 @@ def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
 
 
 def test_a_held_pause_never_passes_the_recording_s_ceiling_and_then_ends_by_duration():
-    after, _, why = stop_after_speech_ms("So I was thinking", "smart", max_ms=4000)
+    after, _, why = stop_after_speech_ms("So I was thinking of", "smart", max_ms=4000)
     assert why == "duration" and after < 3000, after
 
 
@@ -296,7 +296,7 @@ def test_a_fixed_length_never_stops_on_silence_and_ends_by_duration(end_of_turn)
 
 def test_the_holding_message_comes_once_per_held_pause_and_only_after_silence_ms():
     seen: list[tuple[int, str]] = []
-    stop_after_speech_ms("So I was thinking", "smart", progress=lambda done, total, m: seen.append((done, m)))
+    stop_after_speech_ms("So I was thinking of", "smart", progress=lambda done, total, m: seen.append((done, m)))
     holds = [done for done, message in seen if message == HOLDING_MESSAGE]
     assert len(holds) == 1 and holds[0] >= (102 * 32 + 1000) - 32 * 13, seen  # the decay credit, at most 12 windows
     finished = [m for _, m in seen if m.startswith("Recording finished")]
@@ -311,7 +311,7 @@ def test_speech_after_a_held_pause_says_so_and_the_next_pause_is_held_again():
     plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
     probabilities = script((QUIET, 40), (SPEECH, 40), (QUIET, 50), (SPEECH, 30))
     progress = lambda done, total, message: seen.append(message)  # noqa: E731
-    listener = Listener(plan, progress, None, Guessing("and then"), vad=ScriptedVAD(probabilities))
+    listener = Listener(plan, progress, None, Guessing("and then the"), vad=ScriptedVAD(probabilities))
     reason = None
     while reason is None:
         reason = listener.on_window(np.full(WINDOW, listener.windows, dtype=np.int16))
