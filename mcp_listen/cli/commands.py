@@ -171,7 +171,7 @@ def say(opts: argparse.Namespace, settings: Settings) -> int:
         raise InvalidArgument("--save writes a file and --device names a speaker: give one of them.")
     if opts.force and opts.save is None:
         raise InvalidArgument("--force only applies to --save FILE.wav.")
-    args = arguments.parse_args(arguments.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device")))
+    args = arguments.parse_args(arguments.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device", "barge_in")))
     engine = Engine(settings)
     if opts.save is None:
         print_json(wire(engine.speak(args)))

@@ -99,6 +99,13 @@ def _speak(sub: Any) -> None:
     speak.add_argument("--voice", help=f"Piper voice name, file name or path (default {limits.DEFAULT_VOICE})")
     speak.add_argument("--speed", type=float, help=f"speaking rate, {limits.MIN_SPEED:g}-{limits.MAX_SPEED:g}")
     speak.add_argument("--device", help="output device id, index or name (see: mcp-listen devices --kind output)")
+    speak.add_argument(
+        "--barge-in",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="listen while it speaks and stop when you talk over it; --no-barge-in never opens the microphone "
+        f"(default MCP_LISTEN_BARGE_IN, else {BARGE_IN_WORD})",
+    )
 
 
 BARGE_IN_WORD = "on" if limits.BARGE_IN_BY_DEFAULT else "off"

@@ -48,6 +48,7 @@ def test_the_cut_in_progress_is_one_line_as_it_happens(capsys):
     assert capsys.readouterr().err.splitlines() == ["Speaking on vmic-speaker", message]
 
 
+@pytest.mark.parametrize("command", ["converse", "say"])
 @pytest.mark.parametrize(("flags", "value"), [([], None), (["--barge-in"], True), (["--no-barge-in"], False)])
-def test_barge_in_is_the_setting_s_unless_a_flag_says(flags, value):
-    assert build_parser().parse_args(["converse", "Hi.", *flags]).barge_in is value
+def test_barge_in_is_the_setting_s_unless_a_flag_says(command, flags, value):
+    assert build_parser().parse_args([command, "Hi.", *flags]).barge_in is value
