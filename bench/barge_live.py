@@ -9,6 +9,7 @@ and no agent word is), then the agent alone (passes when the speech played out a
 nobody else spoke). Reaction: the user's first sample above -40 dBFS in the sink's monitor (bench/rig.py's
 Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines saying
 the echo model diverged or ran away (AEC3 alone reports none). CPU: the server's over the agent-alone call.
+Lead-in: a cut-in transcript's words before the clip's first ones (the agent's, or the user's damaged).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from stats import fmt, summary
 from vmic import VirtualMic, refresh_portaudio
 
 CLIP_TEXT = "please tell me a short story about a lighthouse keeper"
+ANCHORS = {"please", "tell", "short", "story"}
+"""The clip's first words: what a transcript holds before the first of them the listener took in before the user
+spoke (the agent's last words, in the pre-roll: "by the sea" heard as "by the scene"), or the user's damaged."""
 DIVERGED = re.compile(rb"diverg|ran away", re.IGNORECASE)
 
 
@@ -53,6 +57,8 @@ def cut_in(w: Any, mic: VirtualMic, monitor: Monitor, model: Path, token: str) -
     text, spoken = data.get("transcription"), data.get("spoken", {})
     row = {"stopped": bool(spoken.get("interrupted")), "early": reaction is not None and reaction < 0}
     row.update(heard=heard_lighthouse(text), agent_words=agent_words_in(text), reaction_ms=reaction)
+    words = re.findall(r"[a-z']+", (text or "").lower())
+    row["lead_in"] = words[: next((i for i, word in enumerate(words) if word in ANCHORS), len(words))]
     row.update(wer=round(wer(CLIP_TEXT, text or ""), 3), clip_match=round(peak, 3), played_ms=spoken.get("played_ms"))
     row["passed"] = row["stopped"] and not row["early"] and row["heard"] and not row["agent_words"]
     return {**row, "transcription": text, **failure(reply["result"])}
@@ -98,7 +104,7 @@ def summarise(rows: dict[str, list]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for case, runs in rows.items():
         out[case] = {"runs": len(runs), "divergences": sum(r.get("divergences", 0) for r in runs)}
-        for key in ("passed", "stopped", "agent_words", "error", "early", "heard"):
+        for key in ("passed", "stopped", "agent_words", "error", "early", "heard", "lead_in"):
             out[case][key] = sum(1 for r in runs if r.get(key))
     cut = rows["cut_in"]
     stops = [r["reaction_ms"] for r in cut if r.get("stopped") and (r.get("reaction_ms") or -1) >= 0]
