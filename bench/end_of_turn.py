@@ -33,7 +33,7 @@ from stats import Run, cli, save_report, summary, verdict  # noqa: E402
 SILENCE_MS = 1000
 LEAD_MS = 300
 TAIL_MS = 300
-MODES = ("silence", "smart")
+
 THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
@@ -98,12 +98,13 @@ def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, to
     finally:
         stop_player(player)
     data = dict((msg.get("result") or {}).get("structuredContent") or {})
-    data["how"] = next((str(p.get("message")) for _, p in server.progress_for(token)
-                        if str(p.get("message", "")).startswith("Recording finished")), "")  # fmt: skip
+    said = [str(p.get("message", "")) for _, p in server.progress_for(token)]
+    data["how"] = next((m for m in said if m.startswith("Recording finished")), "")
+    data["judged_held"] = any(m.startswith("Holding") for m in said)  # the verdict held it, not its absence
     return t_reply - t_play, data, server.stats["cpu_s"] - cpu
 
 
-def live(rig: Rig, model: Path, entries: list[dict], work: Path) -> dict[str, Any]:
+def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str]) -> dict[str, Any]:
     server, rows = rig.server(), []
     lead = np.zeros(16 * LEAD_MS, np.int16)
     try:
@@ -111,19 +112,19 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path) -> dict[str, An
             samples = np.concatenate([lead, e["samples"], np.zeros(16 * (SILENCE_MS + 2500), np.int16)])
             wav = audio_assets.write_wav(samples, work / f"{e['id']}.wav")
             last_loud = audio_assets.last_loud_sample(samples[: len(lead) + e["pause_at"]])
-            for mode in MODES if i % 2 == 0 else MODES[::-1]:
+            for mode in modes if i % 2 == 0 else modes[::-1]:
                 seconds, data, cpu = call(rig, server, model, wav, mode, e["lang"], f"{e['id']}-{mode}")
                 ended = data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]
                 after = seconds * 1000 - last_loud / 16 - SILENCE_MS
                 rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "mode": mode, "ended": ended,
-                             "finished": ended, "end_reason": data.get("end_reason"), "how": data["how"], "cpu_s": round(cpu, 3),
+                             "finished": ended, "end_reason": data.get("end_reason"), "how": data["how"], "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
                              "post_speech_ms": round(after, 1) if ended else None, "text": data.get("transcription") or ""})  # fmt: skip
                 print(rows[-1], flush=True)
     finally:
         server.close_stdin()
         server.stop()
     out: dict[str, Any] = {"rows": rows}
-    for mode in MODES:
+    for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
         ends = [r["post_speech_ms"] for r in mine if r["kind"] == "finished" and r["ended"]]
         out[mode] = {**rates(mine, "finished"), "finished_post_speech_ms": summary(ends),
@@ -134,7 +135,7 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path) -> dict[str, An
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--offline", False, "each signal alone, no live rig"),
                ("--model", ROOT / "tests/assets/ggml-base.bin", "whisper model (multilingual: the set has es, fr)"),
-               ("--threads", 2, "whisper threads"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
+               ("--threads", 2, "whisper threads"), ("--modes", "silence,smart", "end_of_turn modes, live"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
     entries = turn_set.build()
     run = Run(**vars(opts), utterances=len(entries))
     if opts.offline:
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
             try:
-                run.report["live"] = live(rig, opts.model, entries, Path(tmp))
+                run.report["live"] = live(rig, opts.model, entries, Path(tmp), opts.modes.split(","))
             finally:
                 rig.close()
         smart = run.report["live"]["smart"]

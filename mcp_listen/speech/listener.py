@@ -302,7 +302,7 @@ class Listener:
             return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
         heard, voice = self.voice.answer(speech_tail_end(self.speech_end_frame)) if self.voice else (True, None)
-        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard)
+        verdict = judge(words, self.phrases.language, voice, heard=heard)
         return self.ending.silence_for(verdict)
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:

@@ -10,11 +10,13 @@ punctuation does. Pure: no audio, no whisper.
 `judge` is the rule "smart" uses, words and voice together. The words can hold the turn: a last
 word that is a trailing conjunction, article, preposition or filler of the language heard holds it
 ("words"), whatever full stop, comma or ellipsis whisper put after it (`words_say`: on the bench's
-turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims. Otherwise the audio model
-(speech/smart_turn.py, the last 8 s of the voice) decides: a probability of a finished turn of at
-least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language whose words the rule does not
-know), below it holds. Without the audio model, `sounds_finished` decides ("words"), and a language
-the rule does not know ends as silence does (NO_SIGNAL).
+turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims.
+Otherwise the audio model (speech/smart_turn.py, the last 8 s of the voice) decides: a probability
+of a finished turn of at least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language
+whose words the rule does not know), below it holds. The voice does not wait for whisper's words:
+they hold the pause if they come before it ends (on a busy machine the guess comes seconds late).
+Without the audio model, `sounds_finished` decides ("words"), and a language the rule does not know
+ends as silence does (NO_SIGNAL).
 """
 
 from __future__ import annotations
@@ -87,16 +89,26 @@ def words_say(text: str, language: str) -> str | None:
 
 
 def judge(
-    text: str, language: str, probability: float | None, threshold: float = VOICE_THRESHOLD, *, heard: bool = True
+    text: str | None,
+    language: str,
+    probability: float | None,
+    threshold: float = VOICE_THRESHOLD,
+    *,
+    heard: bool = True,
 ) -> Verdict | None:
-    """The verdict on a pause from the words heard up to it and the audio model's `probability` that the
-    turn is finished (None or NaN: no audio model); None while the voice is not `heard` yet and the words
-    alone do not hold the turn. The rule is the module's docstring."""
-    said = words_say(text, language)
+    """The verdict on a pause from the words heard up to it (None: whisper's guess is not in yet) and the
+    audio model's `probability` that the turn is finished (None or NaN: no audio model); None while the
+    voice is not `heard` yet and the words do not hold the turn. The voice does not wait for late words:
+    they hold the pause if they come before it ends. The rule is the module's docstring."""
+    said = None if text is None else words_say(text, language)
     if said == "unfinished":
         return Verdict(False, "words")
     if not heard:
         return None
     if probability is None or math.isnan(probability):
+        if text is None:
+            return None
         return Verdict(True, NO_SIGNAL) if said is None else Verdict(sounds_finished(text, language), "words")
+    if text is None:
+        return Verdict(probability >= threshold, "voice")
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

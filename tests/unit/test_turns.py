@@ -86,6 +86,12 @@ def test_unfinished_words_hold_at_once_the_rest_waits_for_the_voice():
     assert judge("I went to the store.", "en", None, heard=False) is None
 
 
+def test_the_voice_does_not_wait_for_late_words():
+    assert judge(None, "en", 0.9) == Verdict(True, "voice")
+    assert judge(None, "en", 0.1) == Verdict(False, "voice")
+    assert judge(None, "en", None) is None  # neither is in: held until one is, or max_pause_ms
+
+
 def test_without_the_audio_model_the_text_rule_decides_or_silence_does():
     assert judge("I went to the store.", "en", None) == Verdict(True, "words")
     assert judge("So I was thinking...", "en", float("nan")) == Verdict(False, "words")
