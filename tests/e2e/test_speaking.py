@@ -318,13 +318,16 @@ def test_a_speaker_lost_mid_speech_ends_the_call_with_a_named_error_within_3_s(s
             request = w.start("speak_text", {"text": LONG, "barge_in": barge_in})
             started = 1500 if barge_in else 1000  # with barge_in the microphone opens before the speech starts
             w.until(lambda: (w.status().get("elapsed_ms") or 0) >= started, 30, "speech never started")
+            elapsed_ms = w.status()["elapsed_ms"]
             lost = time.monotonic()
             vmic.stop() if fault == "sound server gone" else vmic.freeze()
             reply = w.wait(request["id"], timeout=15)["result"]
             took = time.monotonic() - lost
             assert error_of(reply)["error"]["code"] == "device_lost", reply
             assert "list_audio_devices" in error_of(reply)["error"]["message"]
-            assert 500 <= error_of(reply)["played_ms"] <= 30_000, reply  # ~1 s had played when it was lost
+            # what had played when it was lost: some speech (Piper's first audio comes later on a loaded
+            # machine, so not a fixed share of the call's time), never more than the call had run
+            assert 0 < error_of(reply)["played_ms"] <= elapsed_ms + 3000, reply
             assert took <= 3.0, took
             assert w.status()["tool"] is None
     finally:
