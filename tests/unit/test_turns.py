@@ -86,7 +86,8 @@ def test_unfinished_words_hold_at_once_the_rest_waits_for_the_voice():
     assert judge("I went to the store.", "en", None, heard=False) is None
 
 
-def test_the_voice_does_not_wait_for_late_words():
+def test_the_voice_waits_for_the_words_then_decides_alone():
+    assert judge(None, "en", 0.9, late=False) is None
     assert judge(None, "en", 0.9) == Verdict(True, "voice")
     assert judge(None, "en", 0.1) == Verdict(False, "voice")
     assert judge(None, "en", None) is None  # neither is in: held until one is, or max_pause_ms
