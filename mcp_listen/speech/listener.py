@@ -34,7 +34,7 @@ from mcp_listen.speech.ending import TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
 from mcp_listen.speech.smart_turn import HEARD_SAMPLES, VoiceAtPause
-from mcp_listen.speech.turns import WORDS_WAIT_MS, judge
+from mcp_listen.speech.turns import judge
 from mcp_listen.speech.vad import shared_vad
 
 if TYPE_CHECKING:
@@ -279,7 +279,7 @@ class Listener:
         vad, endpointer = self.vad, self.endpointer
         if vad is not None and endpointer is not None:
             probability, level = vad.hear(window, run=endpointer.needs_vad(level_db(window)))
-            endpointer.silence_target_ms = self._turn_silence_ms(endpointer)
+            endpointer.silence_target_ms = self._turn_silence_ms()
             reason = endpointer.feed(probability, level)
             speaking = endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events(endpointer)
@@ -295,14 +295,13 @@ class Listener:
             self._report_words(self.progress)
         return reason
 
-    def _turn_silence_ms(self, endpointer: EndpointDecider) -> float:
+    def _turn_silence_ms(self) -> float:
         """The pause that ends the turn now: silence_ms, or ("smart") up to max_pause_ms until turns.judge says."""
         if self.plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
             return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
         heard, voice = self.voice.answer(speech_tail_end(self.speech_end_frame)) if self.voice else (True, None)
-        late = endpointer.silence_ms >= self.ending.silence_ms + WORDS_WAIT_MS
-        verdict = judge(words, self.phrases.language, voice, heard=heard, late=late)
+        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard)
         return self.ending.silence_for(verdict)
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:

@@ -13,8 +13,9 @@ word that is a trailing conjunction, article, preposition or filler of the langu
 turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims.
 Otherwise the audio model (speech/smart_turn.py, the last 8 s of the voice) decides: a probability
 of a finished turn of at least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language
-whose words the rule does not know), below it holds. The voice waits for whisper's words at most
-WORDS_WAIT_MS past silence_ms (on a busy machine the guess comes seconds late), then decides alone.
+whose words the rule does not know), below it holds. The voice waits for whisper's words: deciding
+without them cut "…some bread and" on a busy machine, where the guess comes seconds late; then the
+pause is held up to max_pause_ms (bench/README.md).
 Without the audio model, `sounds_finished` decides ("words"), and a language the rule does not know
 ends as silence does (NO_SIGNAL).
 """
@@ -53,9 +54,6 @@ _CLOSERS = "['\"”’»)\\]]*$"
 _ASKS_OR_EXCLAIMS = re.compile(r"[!?！？]" + _CLOSERS)
 _FULL_STOP = re.compile(r"(?<![.])[.。]" + _CLOSERS)
 _LAST_WORD = re.compile(r"(\w[\w'’]*)\W*$")
-WORDS_WAIT_MS = 300
-"""How long past silence_ms the voice waits for whisper's words before it decides alone: the latency
-target for a finished turn (silence_ms + 300 ms), on a machine too busy for whisper's guess."""
 VOICE_THRESHOLD = 0.5
 """The audio model's probability of a finished turn from which "smart" ends it (chosen on the bench's
 turn set: bench/README.md)."""
@@ -98,12 +96,11 @@ def judge(
     threshold: float = VOICE_THRESHOLD,
     *,
     heard: bool = True,
-    late: bool = True,
 ) -> Verdict | None:
     """The verdict on a pause from the words heard up to it (None: whisper's guess is not in yet) and the
     audio model's `probability` that the turn is finished (None or NaN: no audio model); None while the
-    voice is not `heard` yet and the words do not hold the turn. The voice waits for the words until
-    the pause is `late` (WORDS_WAIT_MS past silence_ms), then decides alone. The rule is the module's docstring."""
+    voice is not `heard` yet and the words do not hold the turn, and while the words are not in: the
+    voice waits for them. The rule is the module's docstring."""
     said = None if text is None else words_say(text, language)
     if said == "unfinished":
         return Verdict(False, "words")
@@ -114,5 +111,5 @@ def judge(
             return None
         return Verdict(True, NO_SIGNAL) if said is None else Verdict(sounds_finished(text, language), "words")
     if text is None:
-        return Verdict(probability >= threshold, "voice") if late else None
+        return None
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

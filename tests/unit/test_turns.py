@@ -86,11 +86,9 @@ def test_unfinished_words_hold_at_once_the_rest_waits_for_the_voice():
     assert judge("I went to the store.", "en", None, heard=False) is None
 
 
-def test_the_voice_waits_for_the_words_then_decides_alone():
-    assert judge(None, "en", 0.9, late=False) is None
-    assert judge(None, "en", 0.9) == Verdict(True, "voice")
-    assert judge(None, "en", 0.1) == Verdict(False, "voice")
-    assert judge(None, "en", None) is None  # neither is in: held until one is, or max_pause_ms
+def test_the_voice_waits_for_the_words():
+    assert judge(None, "en", 0.9) is None  # held until they are in, or max_pause_ms
+    assert judge(None, "en", None) is None
 
 
 def test_without_the_audio_model_the_text_rule_decides_or_silence_does():
