@@ -17,7 +17,7 @@ from speech_checks import heard_lighthouse, speech_clip
 
 # The user's onset must be found within seconds of real-time echo cancellation: on a machine that the
 # parallel tiers load, the canceller's windows come late. They run alone (tools/dev test).
-pytestmark = [pytest.mark.anyio, pytest.mark.solo]
+pytestmark = [pytest.mark.anyio, pytest.mark.solo, pytest.mark.xdist_group("solo-cpu")]
 
 
 def test_the_user_speaking_over_the_agent_stops_it_and_is_the_answer(speak_env, vmic, model_path):
