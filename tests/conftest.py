@@ -169,6 +169,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             "tests/unit holds tests that need a microphone or a model; move them to tests/e2e: " + ", ".join(misplaced)
         )
+    # the longest first: the workers take them while the rest fills in around them (a stable sort)
+    items.sort(key=lambda item: not item.get_closest_marker("long"))
 
 
 @pytest.fixture(scope="session")

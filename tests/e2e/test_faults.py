@@ -136,6 +136,7 @@ def _ask(w, vmic, model_path: Path, token: str) -> tuple[dict, float | None]:
     return reply["result"], llm_seconds
 
 
+@pytest.mark.long
 def test_ollama_faults_give_the_contracts_outcomes(vmic, ollama, tmp_path, model_path):
     """Every way Ollama fails after the transcription, in one server: the error's stage and code, the
     transcript kept, and the server still answering. Ollama down before recording: test_compat.py."""

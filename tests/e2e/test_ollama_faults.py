@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from fake_ollama import FakeOllama
 from rpc import error_of, until
 
@@ -53,6 +54,7 @@ def _voice_query(w, vmic, model_path: Path, **args) -> tuple[dict, float]:
     return reply["result"], w.arrived[request["id"]] - asked
 
 
+@pytest.mark.long
 def test_misbehaving_ollama_cannot_hold_threads_sockets_memory_or_secrets(vmic, model_path, tmp_path):
     from rpc import proc_memory_kb, server_env, wire
 

@@ -23,6 +23,7 @@ REPLY = "Saffron platypus juggles nectarines."
 REPLY_WORDS = ["saffron", "platypus", "nectarine"]
 
 
+@pytest.mark.long
 def test_logs_never_contain_words_prompts_replies_or_paths(vmic, ollama, tmp_path, model_path):
     rec_dir = tmp_path / "recordings"
     log = tmp_path / "stderr.log"
@@ -147,6 +148,7 @@ def _assert_no_telemetry_files(home: Path, temp: Path) -> None:
     assert not ses, f"telemetry session files in TMPDIR: {ses}"
 
 
+@pytest.mark.long
 def test_no_telemetry_files(vmic, tmp_path, model_path):
     env, home, temp = _telemetry_env(vmic, tmp_path)
     with wire(env) as w:
@@ -165,6 +167,7 @@ def test_no_telemetry_files_when_speaking(vmic, tmp_path, piper_voice):
     _assert_no_telemetry_files(home, temp)
 
 
+@pytest.mark.long
 def test_no_dns_lookups(vmic, tmp_path, model_path, monkeypatch):
     """The server runs in a network namespace whose only resolver logs every query it gets."""
     reason = dns_sink.unavailable()

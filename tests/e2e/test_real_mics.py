@@ -171,6 +171,7 @@ async def reference_errors(vmic, jack_mic, tmp_path, args: dict, said: str) -> l
     return [word_errors(said, text) for text in _reference.values()]
 
 
+@pytest.mark.long
 async def test_transcripts_match_the_16k_microphone(vmic, jack_mic, tmp_path, model_path):
     """The transcript is one the 16 kHz virtual microphone could give: in one of two tries, no more
     word errors than the worst of five starts through it, plus one word (four at 8 kHz).

@@ -106,6 +106,7 @@ async def test_speech_in_a_noisy_room_stops_in_time_and_not_at_the_pause(env, vm
     assert SILENCE_MS - 150 <= after_ms <= SILENCE_MS + LATE_MS, f"stopped {after_ms:.0f} ms after the speech ended"
 
 
+@pytest.mark.long
 @pytest.mark.anyio
 async def test_noise_alone_times_out_and_never_reaches_whisper(env, vmic, model_path):
     """Each noise alone: no_speech_timeout, no text, whisper never loaded. Then speech in the same

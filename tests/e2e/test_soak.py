@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long
 @pytest.mark.soak
 @pytest.mark.mic
 def test_soak(tmp_path, model_path):

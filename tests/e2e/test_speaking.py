@@ -49,6 +49,7 @@ async def test_a_missing_voice_is_named_with_the_pull_command(speak_env):
     assert "voices pull en_GB-alan-low" in error["message"], error
 
 
+@pytest.mark.long
 async def test_while_speech_plays_in_the_background_the_device_is_busy(speak_env, vmic, tmp_path):
     async with mcp_client(speak_env) as client:
         started = await client.call_tool("speak_text", {"text": LONG, "wait": False})
@@ -352,6 +353,7 @@ HOSTILE_TEXTS = {
 }
 
 
+@pytest.mark.long
 def test_hostile_texts_are_spoken_cleanly_or_named_and_nothing_reaches_stdout_or_disk(speak_env, tmp_path):
     """Scripts the English voice does not cover, markup, invisible and combining characters: each is
     clean speech (or a named error), the server lives on, stdout carries only JSON-RPC, and nothing

@@ -109,18 +109,17 @@ def test_language_codes(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray
     assert err.value.code == "unsupported_language"
 
 
-def test_audio_ctx_timing(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray, monkeypatch) -> None:
-    """Prints (does not assert) how much the shrunk encoder window saves; transcripts must match."""
+def test_the_shrunk_encoder_window_hears_what_the_full_one_hears(
+    loaded: T.Transcriber, model_path: Path, jfk: np.ndarray, monkeypatch
+) -> None:
+    """The encoder window cut to the clip (audio_ctx) gives the words of whisper's 30 s window; what it
+    saves in time shows in bench/latency.py's transcription figures, not here."""
     audio = W.condition(jfk)
-    timings = {}
     for label, ctx in (("audio_ctx=auto", None), ("audio_ctx=0 (30 s window)", 0)):
         if ctx is not None:
             monkeypatch.setattr(T, "audio_ctx_for", lambda n: 0)
-        start = time.perf_counter()
         raw = loaded.transcribe(audio, path=model_path)
-        timings[label] = time.perf_counter() - start
         assert _words(raw) == _words(JFK_TEXT), label
-    sys.stderr.write(f"\njfk 11 s, tiny.en, 2 threads: {', '.join(f'{k}: {v:.2f} s' for k, v in timings.items())}\n")
 
 
 def test_audio_ctx_covers_the_clip() -> None:
@@ -162,9 +161,7 @@ def test_loading_another_model_replaces_the_first(model_path: Path, tmp_path: Pa
     other = tmp_path / "ggml-other.bin"
     shutil.copyfile(model_path, other)  # a copy: a hard link is the same file (same inode), kept loaded
     tr = T.Transcriber(threads=2)
-    start = time.perf_counter()
     tr.load(model_path)
-    sys.stderr.write(f"\ntiny.en model load: {time.perf_counter() - start:.2f} s\n")
     first = tr._model
     tr.load(model_path)
     assert tr._model is first  # cached

@@ -105,6 +105,7 @@ def test_dev_without_a_command_prints_its_usage():
     assert "tools/dev listen" in done.stderr and "tools/dev test" in done.stderr
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_dev_test_counts_no_test_run_as_a_failure():
     """`tools/dev test` sets up (idempotent here), checks the assets, and fails on pytest's exit 5."""
