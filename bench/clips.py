@@ -13,6 +13,7 @@ from typing import Any
 import realspeech_data
 from rig import RATE
 from rig import audio_assets as A
+from speech_checks import edits
 
 LEAD_MS = 300
 """Silence played before the speech."""
@@ -105,15 +106,9 @@ def words(text: str) -> list[str]:
 
 
 def errors(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(word-level edit distance, reference words)."""
-    ref, hyp = words(reference), words(hypothesis)
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        current = [i]
-        for j, h in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
-        previous = current
-    return previous[-1], len(ref)
+    """(word-level edit distance, reference words), on this module's words."""
+    ref = words(reference)
+    return edits(ref, words(hypothesis)), len(ref)
 
 
 def wer(reference: str, hypothesis: str) -> float:

@@ -74,14 +74,19 @@ def words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
 
 
-def wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = words(reference), words(hypothesis)
+def edits(ref: list[str], hyp: list[str]) -> int:
+    """Word-level edit distance (substitutions, insertions, deletions); bench/clips.py counts with it too."""
     row = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         prev, row[0] = row[0], i
         for j, h in enumerate(hyp, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1] / max(1, len(ref))
+    return row[-1]
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    ref = words(reference)
+    return edits(ref, words(hypothesis)) / max(1, len(ref))
 
 
 def spoken(text: str, tail_ms: int = 2500) -> Path:
