@@ -24,14 +24,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np
 import stats
-from rig import RATE, ROOT, TEST_MODEL, Monitor, audio_assets, proc_stats
+from rig import RATE, ROOT, TEST_MODEL, Rig, audio_assets, proc_stats
 from rpc import wire
-from speaker_rig import SOUND, agent_alone, agent_words_in, speaking_env, user_cuts_in
+from speaker_rig import agent_alone, agent_words_in, loud, speaking_env, user_cuts_in
 from speech_checks import heard_lighthouse, speech_clip, wer
-from stats import fmt, summary
-from vmic import VirtualMic, refresh_portaudio
+from stats import summary
 
 CLIP_TEXT = "please tell me a short story about a lighthouse keeper"
 ANCHORS = {"please", "tell", "short", "story"}
@@ -46,12 +44,12 @@ def divergences(log: Path, offset: int) -> tuple[int, int]:
     return len(DIVERGED.findall(data[offset:])), len(data)
 
 
-def cut_in(w: Any, mic: VirtualMic, monitor: Monitor, model: Path, token: str) -> dict[str, Any]:
-    reply, started = user_cuts_in(w, mic, "converse", {"whisper_model": str(model), "silence_ms": 800}, token)
+def cut_in(w: Any, rig: Rig, model: Path, token: str) -> dict[str, Any]:
+    reply, started = user_cuts_in(w, rig.mic, "converse", {"whisper_model": str(model), "silence_ms": 800}, token)
     data = reply["result"].get("structuredContent") or {}
-    clip = audio_assets.read_wav(speech_clip())
+    clip, monitor = audio_assets.read_wav(speech_clip()), rig.start_monitor()
     at, peak = monitor.find(clip, started - 0.5, started + len(clip) / RATE + 1.5)
-    onset = monitor.time_of(at + int(np.flatnonzero(np.abs(clip.astype(np.int32)) > SOUND)[0]))
+    onset = monitor.time_of(at + int(loud(clip)[0]))
     listened = w.progress_time(token, "Listening on")
     reaction = None if listened is None else round((listened - onset) * 1000)
     text, spoken = data.get("transcription"), data.get("spoken", {})
@@ -79,17 +77,17 @@ def failure(result: dict[str, Any]) -> dict[str, str]:  # the error a failed cal
     return {"error": result["content"][0]["text"][:300]} if result.get("isError") else {}
 
 
-def series(opts: Any, workdir: Path, mic: VirtualMic, monitor: Monitor) -> dict[str, list]:
+def series(opts: Any, workdir: Path, rig: Rig) -> dict[str, list]:
     rows: dict[str, list] = {"cut_in": [], "alone": []}
     log = workdir / "server.log"
-    env = speaking_env(mic.env, workdir, ROOT / "tests" / "assets" / "voices", MCP_LISTEN_BARGE_IN="true")
+    env = speaking_env(rig.mic.env, workdir, ROOT / "tests" / "assets" / "voices", MCP_LISTEN_BARGE_IN="true")
     with wire(env, stderr_path=log) as w:
         w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
         offset = log.stat().st_size
         for i in range(opts.runs):
             for case in ("cut_in", "alone"):
                 try:
-                    row = cut_in(w, mic, monitor, opts.model, f"t{i}") if case == "cut_in" else alone(w, opts.model)
+                    row = cut_in(w, rig, opts.model, f"t{i}") if case == "cut_in" else alone(w, opts.model)
                 except Exception as exc:  # noqa: BLE001 - a failed run is a result: say what failed
                     row = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
                 row["divergences"], offset = divergences(log, offset)
@@ -116,7 +114,8 @@ def summarise(rows: dict[str, list]) -> dict[str, Any]:
 
 def show(report: dict[str, Any]) -> None:
     for case, s in report["summary"].items():
-        print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} diverged, {fmt(s.get('reaction_ms'))}")
+        reaction = s.get("reaction_ms", {}).get("median")
+        print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} diverged, reaction median {reaction} ms")
     print(f"server log: {report['log']}")
 
 
@@ -126,14 +125,12 @@ def main(argv: list[str] | None = None) -> int:
                      ("--model", TEST_MODEL, "the whisper model"))  # fmt: skip
     run = stats.Run("pywebrtc-audio", "piper-tts", runs=opts.runs, model=opts.model.name)
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-barge-live-"))
-    mic = VirtualMic().start()
-    refresh_portaudio(mic.env)
-    monitor = Monitor()
+    rig = Rig(opts.model.parent, workdir)
+    rig.start_monitor()  # before the first cut-in: the user's clip is found on its clock
     try:
-        rows = series(opts, workdir, mic, monitor)
+        rows = series(opts, workdir, rig)
     finally:
-        monitor.close()
-        mic.close()
+        rig.close()
     report = {**run.end(), "log": str(workdir / "server.log"), "summary": summarise(rows), "runs": rows}
     if all(row["passed"] for case in rows.values() for row in case):  # else the server's log stays, to read
         shutil.rmtree(workdir, ignore_errors=True)

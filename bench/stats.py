@@ -26,13 +26,6 @@ def summary(values: Iterable[float], digits: int = 1) -> dict:
             "values": [r(x) for x in xs]}  # fmt: skip
 
 
-def fmt(s: dict, unit: str = "ms") -> str:
-    """'123.4 ms (min 100.0, max 150.2, n=5)' for the console."""
-    if not s or not s.get("n"):
-        return "n/a"
-    return f"{s['median']} {unit} (min {s['min']}, max {s['max']}, n={s['n']})"
-
-
 def verdict(value: float | None, target: float, *, lower_is_better: bool = True) -> dict:
     """A figure against its target, for the report's `targets` table."""
     if value is None:

@@ -98,9 +98,14 @@ def recording_the_speaker(vmic: Any, into: Path) -> Iterator[None]:
             parec.wait(timeout=10)
 
 
+def loud(samples: np.ndarray) -> np.ndarray:
+    """Indexes of the samples that are sound (over SOUND): the null sink's silence is exact zeros."""
+    return np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND)
+
+
 def sound_span_ms(samples: np.ndarray) -> int:
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND)
-    return 0 if len(loud) == 0 else round((loud[-1] - loud[0]) * 1000 / 16000)
+    sounds = loud(samples)
+    return 0 if len(sounds) == 0 else round((sounds[-1] - sounds[0]) * 1000 / 16000)
 
 
 def sounding_ms(samples: np.ndarray, window_ms: int = 10) -> int:
