@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from clips import Clip, wer
-from rig import RATE, Rig, TimedServer, close_server
+from rig import RATE, Rig, TimedServer
 from rig import audio_assets as A
 from stats import summary
 
 from mcp_listen.whisper import text as W
 from mcp_listen.whisper.transcriber import Transcriber
-
-__all__ = ["capture_stop", "close_server", "transcribe_whole", "voice_query"]
 
 
 def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, token: str) -> dict[str, Any]:

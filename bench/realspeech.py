@@ -18,11 +18,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import latency
-from clips import Clip, corpus_wer, errors, playable, real, words
-from rig import ROOT, TEST_MODEL, Rig, busy_cpus
+from clips import Clip, corpus_wer, playable, real, words
+from rig import ROOT, TEST_MODEL, Rig, busy_cpus, close_server
 from stats import CpuBusy, Run, cli, loadavg, save_report, summary, verdict
-
-__all__ = ["errors"]  # barge.py reads it here
 
 
 def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
@@ -60,7 +58,7 @@ def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict, op
             print(f"  {call['clip']:32} {language:4} post-speech {call.get('post_speech_ms', float('nan')):7.1f} ms"
                   f"{' (first call)' if i == 0 else ''}", flush=True)  # fmt: skip
     finally:
-        latency.close_server(server)
+        close_server(server)
     return calls
 
 
@@ -98,7 +96,7 @@ def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
                         {"clip": name, "stopped_by": "silence (before the end of speech)", "stop_latency_ms": None}
                     )
     finally:
-        latency.close_server(server)
+        close_server(server)
     kept = [r["stop_latency_ms"] for r in runs if r["stop_latency_ms"] is not None and r["stopped_by"] == "silence"]
     return {"stop_latency_ms": summary(kept),
             "runs": [{k: r.get(k) for k in ("clip", "stopped_by", "stop_latency_ms", "wav_peak")} for r in runs]}  # fmt: skip
@@ -110,10 +108,8 @@ def analyse(model: Path, work: list[tuple[dict, str]], whole: dict, calls: list[
     rows = []
     for entry, language in work:
         mine = [c for c in calls if c["clip"] == entry["id"] and c["language_asked"] == language]
-        texts, ref = (
-            {"pipeline": [c["transcription"] for c in mine], "whole": whole[f"{entry['id']}/{language}"]["texts"]},
-            entry["text"],
-        )
+        ref = entry["text"]
+        texts = {"pipeline": [c["transcription"] for c in mine], "whole": whole[f"{entry['id']}/{language}"]["texts"]}
         rows.append({"clip": entry["id"], "group": entry["language"] + ("/auto" if language == "auto" else ""),
                      "asked": language, "reference": ref, "apart": entry["longest_pause_ms"] >= silence_ms,
                      **{f"wer_{k}": corpus_wer([(ref, t) for t in v]) for k, v in texts.items()},

@@ -26,10 +26,8 @@ import clips
 import endpoint_replay
 import footprint
 import latency
-from rig import ROOT, TEST_MODEL, Rig
-from stats import CpuBusy, Run, cli, dig, loadavg, machine, save_report, summary, verdict
-
-__all__ = ["CpuBusy", "loadavg", "machine", "save_report"]  # barge.py and barge_live.py read them here
+from rig import ROOT, TEST_MODEL, Rig, close_server
+from stats import CpuBusy, Run, cli, dig, save_report, summary, verdict
 
 QUICK_DIR = ROOT / "bench" / "results" / "quick"
 """Where --quick writes its reports: a check of the current figures, never a replacement of their files."""
@@ -121,12 +119,9 @@ def run_session(rig: Rig, opts: Any, report: dict) -> None:
         runs = [latency.capture_stop(rig, server, c, opts.silence_ms, f"stop-{r}-{c.name}")
                 for r in range(opts.runs) for c in stop]  # fmt: skip
     finally:
-        latency.close_server(server)
+        close_server(server)
     keys = ("stop_latency_ms", "rec_end_to_result_ms", "finished_notice_to_result_ms", "play_start_latency_ms")
-    report["stop"] = {
-        "runs": runs,
-        **{k: summary(r[k] for r in runs) for k in keys},
-    }
+    report["stop"] = {"runs": runs, **{k: summary(r[k] for r in runs) for k in keys}}
 
 
 def run_voice(rig: Rig, opts: Any, report: dict) -> None:
@@ -145,7 +140,7 @@ def run_voice(rig: Rig, opts: Any, report: dict) -> None:
                 time.sleep(1.0)  # settled, as for idle RSS: freed memory is returned after the call
                 rss.append(server.stats)
             finally:
-                latency.close_server(server)
+                close_server(server)
     report["voice_query"] = {
         "lengths": {n: {kind: {"post_speech_ms": summary(x["post_speech_ms"] for x in runs),
                                "wer": summary((x["wer"] for x in runs), digits=3), "runs": runs}
