@@ -4,7 +4,6 @@ reply; device listing; RSS idle and after calls; VAD CPU; the size of a fresh ve
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import clips
-from rig import ROOT, Rig, TimedServer
+from rig import ROOT, Rig, TimedServer, close_server
 from rig import audio_assets as A
 from stats import summary
 
@@ -30,35 +29,22 @@ BARE = {
 }
 """The SDK's mcp.server.lowlevel.Server and its MCPServer (the former FastMCP), each with no tools."""
 COMMANDS = {"mcp_listen": ["-m", "mcp_listen"], **{name: ["-c", code] for name, code in BARE.items()}}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}  # fmt: skip
 HEAVY = ("numpy", "onnxruntime", "sounddevice", "pywhispercpp", "_pywhispercpp", "ollama", "httpx", "soxr")
 """Must not be imported before the first request (httpx2, the SDK's own HTTP stack, is the SDK's)."""
 
 
 def time_initialize(args: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
-    """Seconds from spawn to the initialize reply's arrival."""
-    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
+    """Seconds from spawn to the initialize reply's arrival (request 1, written the moment the process exists)."""
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                            env=dict(env))  # fmt: skip
+    server = TimedServer(env, stderr_path=stderr_path, command=[sys.executable, *args])
     try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
-        proc.stdin.flush()
-        line = proc.stdout.readline()
-        elapsed = time.monotonic() - began
-        if b'"result"' not in line:
-            raise RuntimeError(f"{args[:2]} did not answer initialize: {line[:200]!r}")
-        proc.stdin.close()
-        proc.wait(timeout=10)
-        return elapsed
+        server.initialize()
+        arrived, reply = server.reply(1)
+        if "result" not in reply:
+            raise RuntimeError(f"{args[:2]} did not answer initialize: {str(reply)[:200]}")
+        return arrived - began
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if stderr_path:
-            err.close()
+        close_server(server)
 
 
 def startup(env: Mapping[str, str], runs: int) -> dict:

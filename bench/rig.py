@@ -45,11 +45,12 @@ def proc_stats(pid: int) -> dict[str, float]:
 class TimedServer(RawServer):
     """RawServer that stamps each reply and progress notification with its arrival time."""
 
-    def __init__(self, env: Mapping[str, str], *, stderr_path: Path | None = None) -> None:
+    def __init__(self, env: Mapping[str, str], *, stderr_path: Path | None = None, **options: Any) -> None:
         self.replies: dict[int, tuple[float, dict[str, Any]]] = {}
         self.progress: list[tuple[float, dict[str, Any]]] = []
         self._cond = threading.Condition()
-        super().__init__(env, stderr_path=stderr_path)
+        self.log = stderr_path
+        super().__init__(env, stderr_path=stderr_path, **options)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None

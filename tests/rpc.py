@@ -60,12 +60,14 @@ async def mcp_client(env: Mapping[str, str], *, mode: str = "legacy", **kw: Any)
 
 
 class RawServer:
-    """The server as a plain subprocess speaking newline-delimited JSON-RPC."""
+    """The server as a plain subprocess speaking newline-delimited JSON-RPC (or `command`, another one)."""
 
-    def __init__(self, env: Mapping[str, str], *, stderr_path: Path | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str], *, stderr_path: Path | None = None, command: list[str] = SERVER_CMD
+    ) -> None:
         self.stderr_file = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            SERVER_CMD,
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr_file,
