@@ -246,9 +246,10 @@ class Rig:
                           MCP_LISTEN_RECORDINGS_DIR=str(self.workdir / "recordings"),
                           **{"MCP_LISTEN_LOG_LEVEL": "WARNING", **extra})  # fmt: skip
 
-    def server(self, **extra: str) -> TimedServer:
+    def server(self, env: Mapping[str, str] | None = None, **extra: str) -> TimedServer:
+        """A fresh server, initialized, in `env` or the rig's (with `extra`); its log in the workdir."""
         self._n += 1
-        server = TimedServer(self.env(**extra), stderr_path=self.workdir / f"server-{self._n}.log")
+        server = TimedServer(env or self.env(**extra), stderr_path=self.workdir / f"server-{self._n}.log")
         server.initialize()
         return server
 

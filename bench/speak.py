@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats
-from speaker_rig import FOX, SOUND, VOICE, speaking_env
+from speaker_rig import FOX, VOICE, loud, speaking_env
 from stats import Run, cli, save_report, summary, verdict
 
 SENTENCES = tuple(re.split(r"(?<=\.) ", " ".join((
@@ -56,24 +56,11 @@ def text_of(sentences: int) -> str:
     return " ".join(SENTENCES[:sentences])
 
 
-class Bench(Rig):
-    """The rig with the tests' speaking environment; each server says FOX first (the voice loads)."""
-
-    def speaker(self) -> tuple[TimedServer, Path, dict[str, Any]]:
-        """A fresh server that has said FOX (whose result, the cold first audio, is returned too)."""
-        self._n += 1
-        log = self.workdir / f"server-{self._n}.log"
-        env = speaking_env(
-            self.mic.env, self.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO"
-        )  # for converse's delay
-        server = TimedServer(env, stderr_path=log)
-        server.initialize()
-        return server, log, server.tool("speak_text", {"text": FOX})
-
-
-def loud(samples: Any) -> Any:
-    """Indexes of the samples over -40 dBFS (speaker_rig.SOUND): the null sink's silence is exact zeros."""
-    return np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND)
+def speaker(rig: Rig) -> tuple[TimedServer, dict[str, Any]]:
+    """A fresh server in the tests' speaking environment (INFO: it logs converse's delay) that has said FOX,
+    the voice loading meanwhile; and that first result (the cold first audio)."""
+    server = rig.server(speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO"))
+    return server, server.tool("speak_text", {"text": FOX})
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.005) -> float:
@@ -85,11 +72,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: fl
     return time.monotonic()
 
 
-def first_audio(bench: Bench, sentences: int) -> dict[str, Any]:
+def first_audio(rig: Rig, sentences: int) -> dict[str, Any]:
     """One speak_text (wait: false) in a fresh, warmed server: the server's first_audio_ms, and on this
     clock the request written -> the first sound in the speaker's monitor (the 100 ms before it quiet).
     A fresh server per run keeps the runs alike: what the previous one left playing went with it."""
-    server, _, cold = bench.speaker()
+    server, cold = speaker(rig)
     try:
         with Monitor() as monitor:
             rid, sent = server.start_tool("speak_text", {"text": text_of(sentences), "wait": False}, "first")
@@ -116,10 +103,8 @@ def piper(voice_path: Path, runs: int, whole_runs: int) -> dict[str, Any]:
     from piper import PiperVoice, SynthesisConfig
 
     voice = PiperVoice.load(voice_path)
-    config, rate = (
-        SynthesisConfig(length_scale=getattr(voice.config, "length_scale", None) or 1.0),
-        voice.config.sample_rate,
-    )
+    config = SynthesisConfig(length_scale=getattr(voice.config, "length_scale", None) or 1.0)
+    rate = voice.config.sample_rate
 
     def synth(texts: list[str]) -> dict[str, float]:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -133,10 +118,10 @@ def piper(voice_path: Path, runs: int, whole_runs: int) -> dict[str, Any]:
             "first_piece_runs": {str(n): [synth(pieces(text_of(n))[:1]) for _ in range(runs)] for n in LENGTHS}}  # fmt: skip
 
 
-def cpu_while_speaking(bench: Bench) -> dict[str, Any]:
+def cpu_while_speaking(rig: Rig) -> dict[str, Any]:
     """A whole 20-sentence speak_text (wait: true): the server's CPU time (all threads) over the call's
     wall time, read each second meanwhile (synthesis comes in bursts) and when the reply arrives."""
-    server, _, _ = bench.speaker()
+    server = speaker(rig)[0]
     try:
         rid, sent = server.start_tool("speak_text", {"text": text_of(20)}, "cpu")
         trace = [(sent, proc_stats(server.proc.pid)["cpu_s"])]
@@ -173,14 +158,14 @@ def cancel_to_silence(server: TimedServer, rng: random.Random, run_no: int) -> d
                 "cancel_to_silence_ms": (monitor.time_of(last + 1) - cancelled) * 1000}  # fmt: skip
 
 
-def converse_turn(server: TimedServer, log: Path, model: Path, run_no: int) -> dict[str, Any]:
+def converse_turn(server: TimedServer, model: Path, run_no: int) -> dict[str, Any]:
     """One converse nobody answers: the server's own "listening N ms after the speech left the speaker"
     (its INFO log), and on this clock the speech's last sample in the monitor -> "Listening on"."""
-    token, offset = f"converse-{run_no}", log.stat().st_size
+    token, offset = f"converse-{run_no}", server.log.stat().st_size
     with Monitor() as monitor:
         _, msg = server.reply(server.start_tool("converse", {**CONVERSE, "whisper_model": str(model)}, token)[0])
         samples = monitor.samples()
-    logged = LISTENING.search(log.read_bytes()[offset:])
+    logged = LISTENING.search(server.log.read_bytes()[offset:])
     return {"listening_after_ms": int(logged.group(1)) if logged else None,
             "client_speech_end_to_notice_ms": (server.notice(token, "Listening on") -
                                                monitor.time_of(int(np.flatnonzero(samples)[-1]) + 1)) * 1000,
@@ -195,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     words = {n: len(text_of(n).split()) for n in LENGTHS}
     run, rng = Run("piper-tts", "sounddevice", **vars(opts), words=words), random.Random(20261202)
     with tempfile.TemporaryDirectory() as workdir:
-        bench = Bench(TEST_MODEL.parent, Path(workdir))
+        rig = Rig(TEST_MODEL.parent, Path(workdir))
         sections: dict[str, Callable[[], Any]] = {
-            "first_audio": lambda: [first_audio(bench, n) for _ in range(opts.runs) for n in LENGTHS],
-            "cpu": lambda: [cpu_while_speaking(bench) for _ in range(opts.cpu_runs)],
-            "cancel": lambda: in_one_server(bench, lambda s, _: [cancel_to_silence(s, rng, i) for i in range(opts.runs)]),
-            "converse": lambda: in_one_server(bench, lambda s, log: [converse_turn(s, log, opts.model, i) for i in range(-1, opts.runs)][1:]),
+            "first_audio": lambda: [first_audio(rig, n) for _ in range(opts.runs) for n in LENGTHS],
+            "cpu": lambda: [cpu_while_speaking(rig) for _ in range(opts.cpu_runs)],
+            "cancel": lambda: in_one_server(rig, lambda s: [cancel_to_silence(s, rng, i) for i in range(opts.runs)]),
+            "converse": lambda: in_one_server(rig, lambda s: [converse_turn(s, opts.model, i) for i in range(-1, opts.runs)][1:]),
             "piper": lambda: piper(VOICE_PATH, opts.runs, opts.cpu_runs),
         }  # fmt: skip  # first audio interleaves the lengths; converse's unmeasured first turn makes Silero's session
         try:
@@ -209,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.report[name] = fn()
                 print(f"[{name}] {time.monotonic() - began:.0f} s", flush=True)
         finally:
-            bench.close()
+            rig.close()
     report = run.end()
     report["summary"] = summarise(report)
     report["targets"] = targets(report["summary"])
@@ -218,11 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def in_one_server(bench: Bench, runs: Callable[[TimedServer, Path], list[dict]]) -> list[dict]:
+def in_one_server(rig: Rig, runs: Callable[[TimedServer], list[dict]]) -> list[dict]:
     """Every run of a section in one warmed server, as a client's conversation would."""
-    server, log, _ = bench.speaker()
+    server = speaker(rig)[0]
     try:
-        return runs(server, log)
+        return runs(server)
     finally:
         close_server(server)
 
@@ -240,12 +225,8 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
         out.update({f"{section}_{k}" if k == "first_audio_ms" else k:
                     summary(r[k] for r in report[section] if r[k] is not None) for k in keys})  # fmt: skip
     out["piper_rtf_20"] = summary((r["rtf"] for r in report["piper"]["whole_20"]), 4)
-    out.update(
-        {
-            f"piper_first_piece_ms_{n}": summary(r["wall_ms"] for r in rs)
-            for n, rs in report["piper"]["first_piece_runs"].items()
-        }
-    )
+    for n, rs in report["piper"]["first_piece_runs"].items():
+        out[f"piper_first_piece_ms_{n}"] = summary(r["wall_ms"] for r in rs)
     return out
 
 
