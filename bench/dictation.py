@@ -19,7 +19,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clips import real, wer
-from rig import RATE, ROOT, TEST_MODEL, Rig, busy_cpus, close_server, proc_stats, stop_player
+from rig import RATE, ROOT, TEST_MODEL, Rig, busy_cpus, close_server, proc_stats
 from rig import audio_assets as A
 from stats import Run, cli, save_report
 
@@ -51,20 +51,14 @@ def one_run(rig: Rig, model: Path, wav: Path, reference: str, speech_end_s: floa
     sampler = threading.Thread(target=sample_rss, args=(server.proc.pid, done, rss))
     try:
         sampler.start()
-        rid, _ = server.start_tool("transcribe_voice", {"whisper_model": model.name, "duration_ms": 600_000,
-                                                        "silence_ms": SILENCE_MS}, token)  # fmt: skip
-        server.wait_until_recording()
-        t_play, player = rig.play(wav)
-        try:
-            t_reply, msg = server.reply(rid, timeout=speech_end_s + 180)
-        finally:
-            stop_player(player)
+        args = {"whisper_model": model.name, "duration_ms": 600_000, "silence_ms": SILENCE_MS}
+        run = rig.play_during(server, "transcribe_voice", args, wav, token, timeout=speech_end_s + 180)
         stats = server.stats
     finally:
         done.set()
         sampler.join(timeout=5)
         close_server(server)
-    result = msg["result"]["structuredContent"]
+    result, t_play, t_reply = run["result"], run["t_play"], run["t_reply"]
     finished = server.notice(token, "Recording finished")
     listening = [t for t, _ in server.progress_for(token) if t <= finished]
     return {"speech_s": round(speech_end_s, 1), "stopped_by": result.get("stopped_by"),
@@ -84,22 +78,16 @@ def main(argv: list[str] | None = None) -> int:
                ("--json", ROOT / "bench" / "results-dictation.json", "the report"))  # fmt: skip
     entries = real(language="en", pause_under_ms=SILENCE_MS - 300)
     run, runs = Run("pywhispercpp", **vars(opts)), {"short": [], "long": []}
+    plan = [("short", 10, f"short-{i}") for i in range(opts.short_runs)]
+    plan += [("long", opts.minutes * 60 - 15, "long")] if opts.minutes > 0 else []  # ends before the 10-minute ceiling
     with tempfile.TemporaryDirectory() as tmp:
         rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
         try:
             with busy_cpus(opts.busy, opts.busy_nice):
-                for i in range(opts.short_runs):
-                    runs["short"].append(
-                        one_run(rig, opts.model, *dictation(entries, 10, Path(tmp) / "short.wav"), f"short-{i}")
-                    )
-                    print("short", runs["short"][-1], flush=True)
-                if opts.minutes > 0:  # ends before the 10-minute ceiling
-                    runs["long"].append(
-                        one_run(
-                            rig, opts.model, *dictation(entries, opts.minutes * 60 - 15, Path(tmp) / "long.wav"), "long"
-                        )
-                    )
-                    print("long", runs["long"][-1], flush=True)
+                for kind, seconds, token in plan:
+                    speech = dictation(entries, seconds, Path(tmp) / f"{kind}.wav")
+                    runs[kind].append(one_run(rig, opts.model, *speech, token))
+                    print(kind, runs[kind][-1], flush=True)
         finally:
             rig.close()
     save_report({**run.end(), "silence_ms": SILENCE_MS, "gap_ms": GAP_MS, "runs": runs}, opts.json)

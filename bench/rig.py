@@ -262,14 +262,16 @@ class Rig:
         """Start playing a clip into the microphone; (time paplay was spawned, its Popen)."""
         return time.monotonic(), self.mic.play(wav, block=False)
 
-    def play_during(self, server: TimedServer, tool: str, args: dict[str, Any], wav: Path, token: str) -> dict:
+    def play_during(
+        self, server: TimedServer, tool: str, args: dict, wav: Path, token: str, timeout: float = 90
+    ) -> dict:
         """Start `tool`, play `wav` once the microphone runs, wait for the result."""
         rid, _ = server.start_tool(tool, args, token)
         server.wait_until_recording()
         time.sleep(SETTLE_S)
         t_play, player = self.play(wav)
         try:
-            t_reply, msg = server.reply(rid, timeout=90)
+            t_reply, msg = server.reply(rid, timeout=timeout)
         finally:
             stop_player(player)
         return {"t_play": t_play, "t_reply": t_reply, "result": structured(msg)}
