@@ -27,16 +27,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-import realspeech_data
 from cancellers import OPTIONS, RecordingCanceller, erle_db, parts
-from clips import errors
-from rig import ROOT
-from speak import SENTENCES
-from stats import CpuBusy, cli, loadavg, save_report, summary, verdict
+from clips import errors, real
+from rig import RATE, ROOT, TEST_MODEL
+from rig import audio_assets as A
+from speak import SENTENCES, VOICE_PATH
+from stats import Run, cli, save_report, summary, verdict
 
-DEFAULT_VOICE = ROOT / "tests" / "assets" / "voices" / "en_US-joe-medium.onnx"
-DEFAULT_MODEL = Path(os.environ.get("MCP_LISTEN_TEST_MODEL") or ROOT / "tests" / "assets" / "ggml-tiny.en.bin")
-RATE = 16000
 WINDOW = 512
 VOICE_RATE = 22050
 BLOCK_S = 0.04
@@ -64,26 +61,24 @@ TAIL_DB = -12.0
 TARGETS = {"reaction_median_ms": 450.0, "reaction_p90_ms": 600.0, "over_floor_ms": 60.0, "wer_points": 5.0, "cpu_pct": 10.0}  # fmt: skip
 
 
-class Room:
-    """One echo path: the played speech (16 kHz) -> what the microphone hears of it."""
+def echo_path(condition: dict[str, Any], rng: np.random.Generator) -> Any:
+    """One echo path's impulse response: the direct echo at the condition's delay and gain, and its reverberant tail."""
+    delay = int(condition["delay_ms"] * RATE / 1000)
+    ir = np.zeros(delay + int(RT60_S * RATE) + 1)
+    ir[delay] = 10 ** (condition["gain_db"] / 20)
+    if condition["reverb"]:
+        t = np.arange(len(ir) - delay - 1) / RATE
+        decay = np.exp(-6.91 * t / RT60_S) * 10 ** ((condition["gain_db"] + TAIL_DB) / 20)
+        ir[delay + 1 :] += rng.standard_normal(len(t)) * decay * 0.3
+    return ir
 
-    def __init__(self, condition: dict[str, Any], rng: np.random.Generator) -> None:
-        delay = int(condition["delay_ms"] * RATE / 1000)
-        ir = np.zeros(delay + int(RT60_S * RATE) + 1)
-        ir[delay] = 10 ** (condition["gain_db"] / 20)
-        if condition["reverb"]:
-            t = np.arange(len(ir) - delay - 1) / RATE
-            tail = (
-                rng.standard_normal(len(t)) * np.exp(-6.91 * t / RT60_S) * 10 ** ((condition["gain_db"] + TAIL_DB) / 20)
-            )
-            ir[delay + 1 :] += tail * 0.3
-        self.ir = ir
 
-    def echo(self, played16: Any, length: int) -> Any:
-        n = len(played16) + len(self.ir) - 1
-        size = 1 << (n - 1).bit_length()
-        out = np.fft.irfft(np.fft.rfft(played16, size) * np.fft.rfft(self.ir, size), size)[:n]
-        return np.pad(out, (0, max(0, length - n)))[:length]
+def echo(played16: Any, ir: Any, length: int) -> Any:
+    """What the microphone hears of the played speech (16 kHz) through the path `ir`, `length` samples."""
+    n = len(played16) + len(ir) - 1
+    size = 1 << (n - 1).bit_length()
+    out = np.fft.irfft(np.fft.rfft(played16, size) * np.fft.rfft(ir, size), size)[:n]
+    return np.pad(out, (0, max(0, length - n)))[:length]
 
 
 def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[str, Any]:
@@ -92,14 +87,14 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[st
 
     from mcp_listen.engine.barge import BargeIn
 
-    far22, room, user, user_at, noise = case["far"], case["room"], case["user"], case["user_at"], case["noise"]
+    far22, path, user, user_at, noise = case["far"], case["room"], case["user"], case["user_at"], case["noise"]
     far16 = soxr.resample(far22.astype(np.float32), VOICE_RATE, RATE).astype(np.float64)
     speech_s = len(far22) / VOICE_RATE
     length = int((speech_s + 4.0) * RATE)
     start_s = 0.1  # the first block is handed to the speaker 0.1 s after the microphone opened
     near_echo = np.zeros(length)
     offset = int(start_s * RATE)
-    near_echo[offset:] = room.echo(far16, length - offset)
+    near_echo[offset:] = echo(far16, path, length - offset)
     near = near_echo.copy()
     if user is not None:
         near[user_at : user_at + len(user)] += user[: max(0, length - user_at)]
@@ -118,9 +113,9 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[st
         state.stopped_at = clock.now
         stop_sample = int((clock.now - begin + BLOCK_S) * RATE)  # one block more reaches the air
         played = far16[: max(0, stop_sample - offset)]
-        echo = np.zeros(length)
-        echo[offset:] = room.echo(played, length - offset)
-        near[:] = echo + (near - near_echo)
+        heard = np.zeros(length)
+        heard[offset:] = echo(played, path, length - offset)
+        near[:] = heard + (near - near_echo)
         playback.played = SimpleNamespace(ended_at=clock.now + BLOCK_S)
         playback.ended.set()
 
@@ -206,14 +201,9 @@ class Agent:
 def users() -> list[dict[str, Any]]:
     """The English real-speech clips of at most 8 s, as float samples with their reference text, each
     scaled to USER_LEVEL_DBFS while speaking."""
-    import wave
-
     chosen = []
-    for entry in realspeech_data.load():
-        if entry["language"] != "en":
-            continue
-        with wave.open(entry["path"]) as w:
-            samples = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64)
+    for entry in real(language="en"):
+        samples = A.read_wav(entry["path"]).astype(np.float64)
         if len(samples) <= 8 * RATE:
             active = samples[np.abs(samples) > 300]
             scale = 32768 * 10 ** (USER_LEVEL_DBFS / 20) / np.sqrt(np.mean(active**2))
@@ -221,13 +211,16 @@ def users() -> list[dict[str, Any]]:
     return chosen
 
 
-def reaction_floor_ms(samples: Any, stop_to_silence_ms: float, windows: int, probability: float) -> float:
-    """The reaction a rule's Silero part has with no agent at all: Silero (a fresh session) on the clip alone,
-    from its first loud sample to the window on which `windows` windows average `probability`, plus the
+def reaction_floor_ms(samples: Any, stop_to_silence_ms: float, rule: str) -> float:
+    """The reaction `rule`'s Silero part has with no agent at all: Silero (a fresh session) on the clip alone,
+    from its first loud sample to the window on which the rule's windows average its probability, plus the
     input latency and the speaker's cancel -> silence. The clips open with 0-280 ms of breath and quiet
     onset above the loudness mark, which no rule on speech can hear as speech."""
+    from mcp_listen.engine import barge
     from mcp_listen.speech.vad import SileroVAD
 
+    double_talk = (barge.ONSET_WINDOWS, barge.ONSET_PROBABILITY)
+    windows, probability = double_talk if rule == "double_talk" else (barge.STRICT_WINDOWS, barge.STRICT_PROBABILITY)
     vad = SileroVAD()
     lead = RATE // 2
     padded = np.concatenate([np.zeros(lead), samples, np.zeros(lead)])
@@ -275,7 +268,7 @@ def run_condition(
     out: dict[str, dict[str, Any]] = {o: {"agent_alone": [], "user_cuts_in": []} for o in opts.options}
     for i in range(opts.runs):
         far = parts_["agent"].says(texts[i % len(texts)])
-        case = {"far": far, "room": Room(condition, nrng), "user": None, "user_at": 0}
+        case = {"far": far, "room": echo_path(condition, nrng), "user": None, "user_at": 0}
         case["noise"] = _noise(condition, None, far, nrng)
         for option in opts.options:
             result = one_turn(case, clock, vad, option)
@@ -289,7 +282,7 @@ def run_condition(
         far = parts_["agent"].says(f"long@{SPEEDS[i % len(SPEEDS)]}")
         user = clip["samples"]
         user_at = int((0.1 + rng.uniform(2.0, 5.0)) * RATE)
-        case = {"far": far, "room": Room(condition, nrng), "user": user, "user_at": user_at}
+        case = {"far": far, "room": echo_path(condition, nrng), "user": user, "user_at": user_at}
         case["noise"] = _noise(condition, user, far, nrng)
         for option in opts.options:
             out[option]["user_cuts_in"].append(
@@ -308,12 +301,8 @@ def _cut_in_row(
     ref_errors, ref_words = errors(clip["text"], said)
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "realigned": result["realigned"],
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
-        "reaction_floor_ms": parts_["floor"][_rule(option)][clip["id"]], "heard": said, "errors": ref_errors,
+        "reaction_floor_ms": parts_["floor"]["double_talk" if option == "product" else "strict"][clip["id"]], "heard": said, "errors": ref_errors,
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
-
-
-def _rule(option: str) -> str:
-    return "double_talk" if option == "product" else "strict"
 
 
 def _noise(condition: dict[str, Any], user: Any, far: Any, rng: np.random.Generator) -> Any:
@@ -384,46 +373,29 @@ def main(argv: list[str] | None = None) -> int:
         ("--runs", 20, "runs per condition, of the agent alone and as many with the user"),
         ("--options", "product", f"comma-separated, of {', '.join(OPTIONS)}"),
         ("--json", ROOT / "bench" / "results-barge.json", "the report"),
-        ("--voice", DEFAULT_VOICE, "the agent's Piper voice"),
-        ("--model", DEFAULT_MODEL, "whisper model for the words"),
+        ("--voice", VOICE_PATH, "the agent's Piper voice"),
+        ("--model", TEST_MODEL, "whisper model for the words"),
     )
     opts.options = [o for o in opts.options.split(",") if o]
     if unknown := [o for o in opts.options if o not in OPTIONS]:
         raise SystemExit(f"--options: unknown {unknown}; known: {', '.join(OPTIONS)}")
-    began, busy, load = time.monotonic(), CpuBusy(), loadavg()
-    clock = simulated_clock()
-    whisper = Whisper(opts.model)
-    clips = users()
-    parts_ = {
-        "agent": Agent(opts.voice),
-        "users": clips,
-        "whisper": whisper,
-        "alone": {c["id"]: whisper.words(c["samples"]) for c in clips},
-        "stop_to_silence_ms": _stop_to_silence_ms(),
+    run = Run("pywebrtc-audio", "piper-tts", runs=opts.runs, options={o: OPTIONS[o] for o in opts.options},
+              voice=opts.voice.name, model=opts.model.name, speeds=SPEEDS, input_latency_s=INPUT_LATENCY_S)  # fmt: skip
+    clock, whisper, clips, stop_ms = simulated_clock(), Whisper(opts.model), users(), _stop_to_silence_ms()
+    floor = {
+        r: {c["id"]: reaction_floor_ms(c["samples"], stop_ms, r) for c in clips} for r in ("double_talk", "strict")
     }
-    parts_["floor"] = {rule: _floors(clips, parts_["stop_to_silence_ms"], rule) for rule in ("double_talk", "strict")}
-    report: dict[str, Any] = {"config": {"runs": opts.runs, "options": {o: OPTIONS[o] for o in opts.options},
-        "voice": opts.voice.name, "model": opts.model.name, "speeds": SPEEDS, "clips": [c["id"] for c in clips],
-        "input_latency_s": INPUT_LATENCY_S, "stop_to_silence_ms": parts_["stop_to_silence_ms"], "cpus": os.cpu_count()},
-        "options": {o: {} for o in opts.options}}  # fmt: skip
+    parts_ = {"agent": Agent(opts.voice), "users": clips, "whisper": whisper, "stop_to_silence_ms": stop_ms,
+              "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "floor": floor}  # fmt: skip
+    report = run.report
+    report["config"].update(clips=[c["id"] for c in clips], stop_to_silence_ms=stop_ms)
+    report["options"] = {o: {} for o in opts.options}
     for seed, (name, condition) in enumerate(CONDITIONS.items()):
         for option, rows in run_condition(condition, parts_, opts, seed, clock).items():
             report["options"][option][name] = {"condition": condition, **rows}
     report["summary"] = {o: {n: summarise(rows) for n, rows in conds.items()} for o, conds in report["options"].items()}
-    report["machine"] = {"cpu_busy_during_run_pct": busy.percent(), "loadavg_start": load, "loadavg_end": loadavg()}
-    report["elapsed_s"] = round(time.monotonic() - began, 1)
-    save_report(report, opts.json, print_table)
+    save_report(run.end(), opts.json, print_table)
     return 0
-
-
-def _floors(clips: list[dict[str, Any]], stop_ms: float, rule: str) -> dict[str, float]:
-    from mcp_listen.engine import barge
-
-    windows, probability = {
-        "double_talk": (barge.ONSET_WINDOWS, barge.ONSET_PROBABILITY),
-        "strict": (barge.STRICT_WINDOWS, barge.STRICT_PROBABILITY),
-    }[rule]
-    return {c["id"]: reaction_floor_ms(c["samples"], stop_ms, windows, probability) for c in clips}
 
 
 def simulated_clock() -> Any:
