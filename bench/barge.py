@@ -285,9 +285,8 @@ def run_condition(
         case = {"far": far, "room": echo_path(condition, nrng), "user": user, "user_at": user_at}
         case["noise"] = _noise(condition, user, far, nrng)
         for option in opts.options:
-            out[option]["user_cuts_in"].append(
-                _cut_in_row(one_turn(case, clock, vad, option), clip, user_at, parts_, option)
-            )
+            row = _cut_in_row(one_turn(case, clock, vad, option), clip, user_at, parts_, option)
+            out[option]["user_cuts_in"].append(row)
     return out
 
 
@@ -299,9 +298,10 @@ def _cut_in_row(
     after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
     said = parts_["whisper"].words(result["handed"]) if result["barged"] else ""
     ref_errors, ref_words = errors(clip["text"], said)
+    floor = parts_["floor"]["double_talk" if option == "product" else "strict"]  # the rule that decides
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "realigned": result["realigned"],
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
-        "reaction_floor_ms": parts_["floor"]["double_talk" if option == "product" else "strict"][clip["id"]], "heard": said, "errors": ref_errors,
+        "reaction_floor_ms": floor[clip["id"]], "heard": said, "errors": ref_errors,
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
 
 

@@ -102,10 +102,8 @@ def judged(sets: dict[str, dict[str, Any]], config: Any, vad: Any, phases: int, 
                     by_credit, mine = by_credit + credit, [*mine, value]
             values += mine
             per_clip[name] = min(mine, default=None) if noise else summary(mine).get("median")
-        out[set_name] = {
-            **stats(values, cuts, by_credit, other),
-            ("per_clip_min" if noise else "per_clip_median"): per_clip,
-        }
+        per_clip_key = "per_clip_min" if noise else "per_clip_median"
+        out[set_name] = {**stats(values, cuts, by_credit, other), per_clip_key: per_clip}
     return out
 
 
@@ -149,13 +147,11 @@ def pauses(config: Any, vad: Any, phases: int) -> dict[str, Any]:
             gap = np.zeros((config.silence_ms - short) * RATE // 1000, np.int16)
             clean = A.read_wav(A.concat([A.silence(1500), first, gap, second, A.silence(3000)]))
             resumed = 1500 * RATE // 1000 + len(first) + len(gap)
-            for audio in [clean] + [
-                A.read_wav(R.in_room(clean, k, snr)) for k in ("fan", "babble") for snr in (20, 10)
-            ]:
+            noisy = [A.read_wav(R.in_room(clean, k, snr)) for k in ("fan", "babble") for snr in (20, 10)]
+            for audio in [clean, *noisy]:
                 for phase in range(0, 512, 512 // phases):
-                    reason, window, _ = replay(
-                        vad, Endpointer(config), np.concatenate([np.zeros(phase, np.int16), audio])
-                    )
+                    padded = np.concatenate([np.zeros(phase, np.int16), audio])
+                    reason, window, _ = replay(vad, Endpointer(config), padded)
                     runs += 1
                     cuts += reason == "silence" and (window + 1) * 512 < phase + resumed + len(second) // 2
         out[f"pause {config.silence_ms - short} ms"] = f"{cuts} early cuts in {runs} replays"
@@ -172,9 +168,8 @@ def gate_replay(silence_ms: int) -> dict[str, Any]:
             for text in clips.SENTENCES:
                 speech = A.read_wav(A.speech(text)).astype(np.float32) / 32768
                 speech *= 10 ** (speech_db / 20) / np.sqrt(np.mean(speech[np.abs(speech) > 1e-4] ** 2))
-                audio = np.concatenate(
-                    [np.zeros(24000, np.float32), speech, np.zeros(2 * RATE + silence_ms * 16, np.float32)]
-                )
+                tail = np.zeros(2 * RATE + silence_ms * 16, np.float32)
+                audio = np.concatenate([np.zeros(24000, np.float32), speech, tail])
                 audio += rng.normal(0, 10 ** (floor_db / 20), len(audio)).astype(np.float32)
                 config = EndpointConfig(silence_ms=silence_ms, max_ms=60000)
                 off, on = (replay(vad, Endpointer(config), audio, gate) for gate in (False, True))

@@ -47,8 +47,9 @@ def time_initialize(args: list[str], env: Mapping[str, str], stderr_path: Path |
         close_server(server)
 
 
-def startup(env: Mapping[str, str], runs: int) -> dict:
-    """Interleaved spawn timings after one unmeasured round (page cache, .pyc); the ratio of medians."""
+def startup(env: Mapping[str, str], runs: int, workdir: Path) -> dict:
+    """Interleaved spawn timings after one unmeasured round (page cache, .pyc); the ratio of medians; and
+    what mcp-listen imports before its first reply (import_check)."""
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for r in range(runs + 1):
         for name, args in COMMANDS.items():
@@ -58,6 +59,7 @@ def startup(env: Mapping[str, str], runs: int) -> dict:
     out: dict = {name: summary(values) for name, values in times.items()}
     out["ratio_vs_lowlevel"] = round(out["mcp_listen"]["median"] / out["bare_lowlevel"]["median"], 3)
     out["ratio_vs_mcpserver"] = round(out["mcp_listen"]["median"] / out["bare_mcpserver"]["median"], 3)
+    out["imports"] = import_check(env, workdir)
     return out
 
 

@@ -9,7 +9,6 @@ give the same bytes) beside a manifest.json. Default cache: bench/results/realsp
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
@@ -20,6 +19,8 @@ import tarfile
 import tempfile
 import wave
 from pathlib import Path
+
+from stats import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = ROOT / "bench" / "results" / "realspeech-cache"
@@ -129,9 +130,8 @@ def build(cache: Path, force: bool = False) -> Path:
                         "text": reference(c, files[c["text"][0]][c["text"][1]]), "path": str(out.relative_to(cache)),
                         "original_rate": rate, "sha256": sha256(out), "source": f"{pkg['registry']}:{pkg['name']}=={pkg['version']} {member}",
                         "licence": pkg["licence"], "note": c["note"], **pauses(out)})  # fmt: skip
-    manifest.write_text(
-        json.dumps({"pins": pins(), "rate": RATE, "clips": entries}, indent=2, ensure_ascii=False) + "\n"
-    )
+    text = json.dumps({"pins": pins(), "rate": RATE, "clips": entries}, indent=2, ensure_ascii=False)
+    manifest.write_text(text + "\n")
     return manifest
 
 
@@ -141,11 +141,8 @@ def load(cache: Path = DEFAULT_CACHE) -> list[dict]:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the clips go")
-    p.add_argument("--force", action="store_true", help="rebuild even if the manifest matches")
-    opts = p.parse_args()
+    options = ("--cache", DEFAULT_CACHE, "where the clips go"), ("--force", False, "rebuild even if the pins match")
+    opts = cli(__doc__, None, *options)
     for c in json.loads(build(opts.cache, opts.force).read_text())["clips"]:
-        print(
-            f"{c['id']:32} {c['language']} {c['seconds']:5.1f} s  pause {c['longest_pause_ms']:4} ms  {c['text'][:60]}"
-        )
+        pause = f"pause {c['longest_pause_ms']:4} ms"
+        print(f"{c['id']:32} {c['language']} {c['seconds']:5.1f} s  {pause}  {c['text'][:60]}")

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     report, workdir = run.report, Path(tempfile.mkdtemp(prefix="mcp-listen-bench-"))
     rig = Rig(opts.model.parent, workdir, threads=opts.threads)
     try:
-        section("startup", lambda: run_startup(rig, opts, workdir, report))
+        section("startup", lambda: report.update(startup=footprint.startup(rig.env(), max(2, 2 * opts.runs), workdir)))
         section("session", lambda: run_session(rig, opts, report))
         section("voice_query", lambda: run_voice(rig, opts, report))
         section("offline", lambda: report.update(vad_per_window=footprint.vad_per_window(),
@@ -96,12 +96,6 @@ def section(name: str, fn: Any) -> None:
     print(f"[{name}] ...", flush=True)
     fn()
     print(f"[{name}] done in {time.monotonic() - t:.0f} s", flush=True)
-
-
-def run_startup(rig: Rig, opts: Any, workdir: Path, report: dict) -> None:
-    env = rig.env()
-    report["startup"] = footprint.startup(env, runs=max(2, 2 * opts.runs))
-    report["startup"]["imports"] = footprint.import_check(env, workdir)
 
 
 def run_session(rig: Rig, opts: Any, report: dict) -> None:
