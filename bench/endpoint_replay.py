@@ -21,6 +21,7 @@ import numpy as np
 import room_audio as R
 from rig import RATE, ROOT
 from rig import audio_assets as A
+from speech_checks import without_trailing_silence
 from stats import Run, cli, save_report, summary
 
 from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
@@ -120,8 +121,7 @@ def quiet(config: Any, vad: Any, phases: int) -> dict[str, Any]:
 def rooms(config: Any, vad: Any) -> dict[str, Any]:
     """Two sentences with a pause of silence_ms − 300 ms in fan and babble noise (3 seeds), and each
     noise alone for 11 s, which must end as no_speech_timeout."""
-    first, second = (A.read_wav(A.speech(t)) for t in PAIRS[0])
-    first, second = first[: np.flatnonzero(first)[-1] + 1], second[: np.flatnonzero(second)[-1] + 1]
+    first, second = (without_trailing_silence(A.speech(t)) for t in PAIRS[0])
     pause = config.silence_ms - 300
     clean = A.read_wav(A.concat([A.silence(1500), first, A.silence(pause), second, A.silence(3500)]))
     end = (1500 + pause) * RATE // 1000 + len(first) + A.last_loud_sample(second) + 1

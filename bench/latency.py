@@ -39,7 +39,6 @@ def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, tok
         "stop_latency_ms": (len(wav) - lag - (clip.last_loud - offset) - 1) * 1000 / RATE - silence_ms,
         "rec_end_to_result_ms": (run["t_reply"] - t_rec_end) * 1000,
         "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000 if t_fin else None,
-        "speech_end_to_result_minus_silence_ms": (run["t_reply"] - clock["t_speech_end"]) * 1000 - silence_ms,
         "play_start_latency_ms": clock["play_start_latency_ms"],
     }
 

@@ -92,12 +92,10 @@ def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
                 try:
                     runs.append(latency.capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{name}"))
                 except ValueError:  # the WAV ends before the speech does
-                    runs.append(
-                        {"clip": name, "stopped_by": "silence (before the end of speech)", "stop_latency_ms": None}
-                    )
+                    runs.append({"clip": name, "stopped_by": "silence (before the end of speech)"})
     finally:
         close_server(server)
-    kept = [r["stop_latency_ms"] for r in runs if r["stop_latency_ms"] is not None and r["stopped_by"] == "silence"]
+    kept = [r["stop_latency_ms"] for r in runs if r["stopped_by"] == "silence"]
     return {"stop_latency_ms": summary(kept),
             "runs": [{k: r.get(k) for k in ("clip", "stopped_by", "stop_latency_ms", "wav_peak")} for r in runs]}  # fmt: skip
 
