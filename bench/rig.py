@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,16 @@ def proc_stats(pid: int) -> dict[str, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     out["cpu_s"] = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
     return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.005) -> float:
+    """Poll `predicate` every `every` s until it holds: when it did; TimeoutError(what) after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(every)
+    return time.monotonic()
 
 
 class TimedServer(RawServer):
@@ -110,13 +120,8 @@ class TimedServer(RawServer):
 
     def wait_until_recording(self, timeout: float = 20.0) -> None:
         """Poll get_status (answers during a recording) until the stream is running."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = self.tool("get_status", {})
-            if status["recording"] and status["device"]:
-                return
-            time.sleep(0.02)
-        raise TimeoutError("the recording never started")
+        running = lambda: (status := self.tool("get_status", {}))["recording"] and status["device"]  # noqa: E731
+        wait_for(running, timeout, "the recording never started", every=0.02)
 
     @property
     def stats(self) -> dict[str, float]:

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats
+from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats, wait_for
 from speaker_rig import FOX, VOICE, loud, speaking_env
 from stats import Run, cli, save_report, summary, verdict
 
@@ -61,15 +61,6 @@ def speaker(rig: Rig) -> tuple[TimedServer, dict[str, Any]]:
     the voice loading meanwhile; and that first result (the cold first audio)."""
     server = rig.server(speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO"))
     return server, server.tool("speak_text", {"text": FOX})
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.005) -> float:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(every)
-    return time.monotonic()
 
 
 def first_audio(rig: Rig, sentences: int) -> dict[str, Any]:
@@ -145,9 +136,8 @@ def cancel_to_silence(server: TimedServer, rng: random.Random, run_no: int) -> d
         started = wait_for(sounding, 30, "the speech never sounded", every=0.01)
         time.sleep(rng.uniform(0.5, 2.5))
         wait_for(sounding, 3, "no sound to cut")
-        server.send(
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid, "reason": "bench"}}
-        )
+        cancel = {"requestId": rid, "reason": "bench"}
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
         cancelled = time.monotonic()
         while server.tool("get_status", {}).get("speaking"):
             pass
