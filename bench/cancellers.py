@@ -58,16 +58,14 @@ class Speex:
         return pre
 
     def clean(self, near: Any, far: Any) -> Any:
-        short = ctypes.POINTER(ctypes.c_int16)
+        lib, short = self._lib, ctypes.POINTER(ctypes.c_int16)
         near, far = np.ascontiguousarray(near, np.int16), np.ascontiguousarray(far, np.int16)
         out = np.empty_like(near)
         for start in range(0, len(near), SPEEX_FRAME):
             frame = slice(start, start + SPEEX_FRAME)
-            n, f, o = near[frame], far[frame], out[frame]
-            self._lib.speex_echo_cancellation(
-                self._echo, n.ctypes.data_as(short), f.ctypes.data_as(short), o.ctypes.data_as(short)
-            )
-            self._lib.speex_preprocess_run(self._pre, o.ctypes.data_as(short))
+            n, f, o = (samples[frame].ctypes.data_as(short) for samples in (near, far, out))
+            lib.speex_echo_cancellation(self._echo, n, f, o)
+            lib.speex_preprocess_run(self._pre, o)
         return out
 
     def reset(self) -> None:
@@ -96,8 +94,7 @@ class LiveKit:
 
         self._rtc = rtc
         self._apm = rtc.AudioProcessingModule(echo_cancellation=True, high_pass_filter=True)
-        self._near = np.zeros(0, np.int16)
-        self._far = np.zeros(0, np.int16)
+        self._near = self._far = np.zeros(0, np.int16)  # replaced, never written into
         self._out = np.zeros(self.FRAME, np.int16)
 
     def _frame(self, samples: Any) -> Any:

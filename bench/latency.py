@@ -29,8 +29,7 @@ def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, tok
     ref, offset = clip.reference()
     lag, peak = A.xcorr_align(wav, ref)
     clock = rig.speech_end(clip, run["t_play"], run["t_reply"])
-    assert rig.monitor is not None
-    t_rec_end = rig.monitor.time_of(clock["monitor_start"] - (lag - offset) + len(wav))  # the WAV's last sample
+    t_rec_end = rig.start_monitor().time_of(clock["monitor_start"] - (lag - offset) + len(wav))  # the WAV's last sample
     t_fin = server.notice(token, "Recording finished")
     return {
         "clip": clip.name,

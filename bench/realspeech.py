@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import latency
 from clips import Clip, corpus_wer, playable, real, words
 from rig import ROOT, TEST_MODEL, Rig, busy_cpus, close_server
-from stats import CpuBusy, Run, cli, loadavg, save_report, summary, verdict
+from stats import Run, cli, save_report, summary, verdict
 
 
 def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
@@ -65,7 +64,7 @@ def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict, op
 def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) -> dict:
     """Whole clips in process, then `runs` sessions over every job (order rotated), then `fresh`
     one-call sessions; the figures, with how busy the machine was meanwhile."""
-    busy, load, work, tag = CpuBusy(), loadavg(), jobs(entries, model), model.stem.removeprefix("ggml-")
+    during, work, tag = Run(), jobs(entries, model), model.stem.removeprefix("ggml-")
     print(f"[{tag}] {len(work)} jobs: whole clips in process, then through the server", flush=True)
     whole = latency.transcribe_whole(model, opts.threads, [(f"{e['id']}/{lang}", clips[e["id"]], lang)
                                                            for e, lang in work], opts.runs)  # fmt: skip
@@ -77,8 +76,7 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) 
     for k in range(opts.fresh):
         calls += session(rig, model, [fresh[(k * 5 + 1) % len(fresh)]], clips, opts, f"{tag}-fresh-{k}")
     figures = analyse(model, work, whole, calls, opts.silence_ms)
-    figures["machine"] = {"loadavg_start": load, "loadavg_end": loadavg(), "cpu_busy_pct": busy.percent(),
-                          "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+    figures["machine"] = during.end()["machine"]
     return figures
 
 

@@ -11,13 +11,14 @@ explains each figure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,27 +57,27 @@ def text_of(sentences: int) -> str:
     return " ".join(SENTENCES[:sentences])
 
 
-def speaker(rig: Rig) -> tuple[TimedServer, dict[str, Any]]:
+@contextlib.contextmanager
+def speaker(rig: Rig) -> Iterator[tuple[TimedServer, dict[str, Any]]]:
     """A fresh server in the tests' speaking environment (INFO: it logs converse's delay) that has said FOX,
-    the voice loading meanwhile; and that first result (the cold first audio)."""
+    the voice loading meanwhile; and that first result (the cold first audio). Closed afterwards."""
     server = rig.server(speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO"))
-    return server, server.tool("speak_text", {"text": FOX})
+    try:
+        yield server, server.tool("speak_text", {"text": FOX})
+    finally:
+        close_server(server)
 
 
 def first_audio(rig: Rig, sentences: int) -> dict[str, Any]:
     """One speak_text (wait: false) in a fresh, warmed server: the server's first_audio_ms, and on this
     clock the request written -> the first sound in the speaker's monitor (the 100 ms before it quiet).
     A fresh server per run keeps the runs alike: what the previous one left playing went with it."""
-    server, cold = speaker(rig)
-    try:
-        with Monitor() as monitor:
-            rid, sent = server.start_tool("speak_text", {"text": text_of(sentences), "wait": False}, "first")
-            replied, msg = server.reply(rid, timeout=60)
-            start = monitor.index_at(sent)
-            wait_for(lambda: loud(monitor.samples()[start:]).size > 0, 5, "no sound reached the speaker", every=0.3)
-            samples = monitor.samples()
-    finally:
-        close_server(server)
+    with speaker(rig) as (server, cold), Monitor() as monitor:
+        rid, sent = server.start_tool("speak_text", {"text": text_of(sentences), "wait": False}, "first")
+        replied, msg = server.reply(rid, timeout=60)
+        start = monitor.index_at(sent)
+        wait_for(lambda: loud(monitor.samples()[start:]).size > 0, 5, "no sound reached the speaker", every=0.3)
+        samples = monitor.samples()
     heard = start + int(loud(samples[start:])[0])
     return {"sentences": sentences, "first_audio_ms": msg["result"]["structuredContent"]["first_audio_ms"],
             "client_first_sound_ms": (monitor.time_of(heard) - sent) * 1000, "client_reply_ms": (replied - sent) * 1000,
@@ -112,15 +113,12 @@ def piper(voice_path: Path, runs: int, whole_runs: int) -> dict[str, Any]:
 def cpu_while_speaking(rig: Rig) -> dict[str, Any]:
     """A whole 20-sentence speak_text (wait: true): the server's CPU time (all threads) over the call's
     wall time, read each second meanwhile (synthesis comes in bursts) and when the reply arrives."""
-    server = speaker(rig)[0]
-    try:
+    with speaker(rig) as (server, _):
         rid, sent = server.start_tool("speak_text", {"text": text_of(20)}, "cpu")
         trace = [(sent, proc_stats(server.proc.pid)["cpu_s"])]
         while rid not in server.replies:
             time.sleep(1.0)
             trace.append((server.replies.get(rid, (time.monotonic(),))[0], proc_stats(server.proc.pid)["cpu_s"]))
-    finally:
-        close_server(server)
     steps = [(b[1] - a[1]) / (b[0] - a[0]) * 100 for a, b in zip(trace, trace[1:]) if b[0] > a[0]]
     return {"cpu_pct": (trace[-1][1] - trace[0][1]) / (trace[-1][0] - sent) * 100, "wall_s": trace[-1][0] - sent,
             "per_second_median_pct": float(np.median(steps)) if steps else None}  # fmt: skip
@@ -195,11 +193,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def in_one_server(rig: Rig, runs: Callable[[TimedServer], list[dict]]) -> list[dict]:
     """Every run of a section in one warmed server, as a client's conversation would."""
-    server = speaker(rig)[0]
-    try:
+    with speaker(rig) as (server, _):
         return runs(server)
-    finally:
-        close_server(server)
 
 
 def summarise(report: dict[str, Any]) -> dict[str, Any]:
