@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -103,6 +104,27 @@ def test_dev_without_a_command_prints_its_usage():
     done = subprocess.run([str(TOOLS / "dev")], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert done.returncode == 64
     assert "tools/dev listen" in done.stderr and "tools/dev test" in done.stderr
+
+
+def test_loadgroup_keeps_a_group_on_one_worker(tmp_path):
+    """tools/dev test runs with pytest-xdist's --dist loadgroup: the real-mics module shares its 16 kHz
+    reference transcripts within one worker, and the solo-cpu cases must not run side by side. Some
+    pytest releases make xdist drop the groups without a word; this says so."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import time, pytest\n"
+        "pytestmark = pytest.mark.xdist_group('together')\n"
+        "@pytest.mark.parametrize('n', range(4))\n"
+        "def test_worker(n):\n"
+        "    time.sleep(0.2)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+         "test_grouped.py"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    workers = set(re.findall(r"^\[(gw\d+)\] .*PASSED", done.stdout, re.MULTILINE))
+    assert len(workers) == 1, f"the group ran on {sorted(workers)}: pin a pytest that keeps xdist's groups"
 
 
 @pytest.mark.long
