@@ -189,7 +189,7 @@ def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     model_path = engine.whisper.resolve(args.whisper_model)
     samples = _read_wav(opts.file)
     session = engine.whisper.open_session(model_path, translate=bool(args.translate), cancel=None)
-    raw, _ = session.transcribe(samples, "", engine.language(args))
+    raw, *_ = session.transcribe(samples, "", engine.language(args))
     print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
     return EXIT_OK
 

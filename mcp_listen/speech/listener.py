@@ -106,6 +106,7 @@ class PhraseSink(Protocol):
     def detect(self, audio: Any) -> None: ...
 
     def words_at_pause(self, key: tuple[int, int] | None) -> str | None: ...
+    def last_word_p(self, key: tuple[int, int] | None) -> float | None: ...
 
     language: str
     """The language asked for, or the one heard."""
@@ -299,9 +300,9 @@ class Listener:
         """The pause that ends the turn now: silence_ms, or ("smart") up to max_pause_ms until turns.judge says."""
         if self.plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
             return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
-        words = self._words_at_pause(self.phrases, self.speech_end_frame)
+        words, sure = self._words_at_pause(self.phrases, self.speech_end_frame)
         heard, voice = self.voice.answer(speech_tail_end(self.speech_end_frame)) if self.voice else (True, None)
-        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard)
+        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard, last_word_p=sure)
         return self.ending.silence_for(verdict)
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
@@ -316,13 +317,13 @@ class Listener:
         if message is not None and self.progress:
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
 
-    def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> str | None:
-        """The transcript of the words this pause follows, None until it is in: the guess made for the
-        speech since the last cut, or the phrases so far when the last word is in a phrase already cut."""
+    def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> tuple[str | None, float | None]:
+        """The words this pause follows, None until in (the guess for the speech since the last cut, or the
+        phrases so far when the last word is in a phrase already cut), and whisper's sureness of the last."""
         if speech_end <= self.phrase_start_frame:
-            return phrases.words_at_pause(None)
+            return phrases.words_at_pause(None), phrases.last_word_p(None)
         key = (self.phrase_start_frame, speech_tail_end(speech_end))
-        return phrases.words_at_pause(key) if self._speculated == key else None
+        return (phrases.words_at_pause(key), phrases.last_word_p(key)) if self._speculated == key else (None, None)
 
     def _report_words(self, progress: Progress) -> None:
         """The transcript so far, each time it changed (a phrase or a guess transcribed): the user

@@ -56,6 +56,9 @@ class FakeWorker:
     def detect(self, audio) -> None:
         self.detections.append(audio)
 
+    def last_word_p(self, key):
+        return None
+
 
 def script(*runs: tuple[float, int]) -> list[float]:
     return [p for p, n in runs for _ in range(n)]

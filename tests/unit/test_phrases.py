@@ -281,3 +281,26 @@ def test_an_aborted_guess_never_shows_as_words_so_far():
     worker.submit("spoken")
     assert worker.finish(None) == "spoken"
     assert worker.so_far == "spoken"
+
+
+def test_how_sure_whisper_was_of_the_last_word_goes_with_the_words_at_the_pause():
+    def transcribe(audio, prompt, lang, abort):
+        return audio, lang, {"phrase": 0.9, "guess": 0.2}[audio]
+
+    worker = PhraseWorker(transcribe, "en")
+    assert worker.last_word_p(None) is None
+    worker.submit("phrase")
+    assert wait_for(lambda: worker.words_at_pause(None) == "phrase")
+    assert worker.last_word_p(None) == 0.9
+    worker.speculate("guess", (10, 20))
+    assert wait_for(lambda: worker.words_at_pause((10, 20)) == "guess")
+    assert worker.last_word_p((10, 20)) == 0.2 and worker.last_word_p((10, 30)) is None
+    worker.finish("guess", (10, 20))
+
+
+def test_a_transcriber_that_does_not_say_how_sure_it_was_leaves_it_unknown():
+    worker = worker_of(str.upper)
+    worker.speculate("guess", (10, 20))
+    assert wait_for(lambda: worker.words_at_pause((10, 20)) == "GUESS")
+    assert worker.last_word_p((10, 20)) is None
+    worker.finish("guess", (10, 20))
