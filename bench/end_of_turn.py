@@ -6,7 +6,9 @@
 when it asks), without the live rig: the text rule as it was (whisper's full stop believed), the words
 without that full stop (speech/turns.py), the audio model (speech/smart_turn.py, its ms per call), and
 the rule that combines them (speech/turns.py `judge`); silence alone ends every pause. It sweeps the
-audio model's threshold.
+audio model's threshold. Whisper's probability of the last word it wrote (whisper/confidence.py, its
+ms per read: `last_word_ms`): alone ("unsure", a last word under turns.UNSURE_WORD holds), and in the
+rule (`judge+unsure@T`: after such a word the voice must reach T; turns.SURE_VOICE is the rule's).
 
 Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
 clip's language), once per mode. The turn *ended at the pause* when the result's recording is shorter
@@ -35,6 +37,7 @@ LEAD_MS = 300
 TAIL_MS = 300
 
 THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+SURE_VOICES = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
 
 
 def rates(rows: list[dict], finished: str) -> dict[str, Any]:
@@ -52,9 +55,11 @@ def rates(rows: list[dict], finished: str) -> dict[str, Any]:
 
 
 def offline(entries: list[dict], model: Path) -> dict[str, Any]:
+    import _pywhispercpp as pw
     from pywhispercpp.model import Model
 
     from mcp_listen.speech.smart_turn import shared_smart_turn
+    from mcp_listen.whisper.confidence import last_word_probability
 
     whisper, voice, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), []
     for e in entries:
@@ -63,16 +68,21 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
         pieces = whisper.transcribe(audio.astype(np.float32) / 32768, language=e["lang"], audio_ctx=ctx)
         text = "".join(s.text for s in pieces).strip()
         began = time.perf_counter()
+        sure = last_word_probability(pw, whisper._ctx)
+        word_ms = (time.perf_counter() - began) * 1000
+        began = time.perf_counter()
         p = voice.probability(audio)
         rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "text": text, "p": round(p, 3),
-                     "voice_ms": round((time.perf_counter() - began) * 1000, 1), "silence": True})  # fmt: skip
+                     "voice_ms": round((time.perf_counter() - began) * 1000, 1), "silence": True,
+                     "last_word_p": None if sure is None else round(sure, 3), "last_word_ms": round(word_ms, 2)})  # fmt: skip
         print(rows[-1], flush=True)
-    return {"rows": rows, "signals": score(rows), "voice_ms": summary(r["voice_ms"] for r in rows)}
+    return {"rows": rows, "signals": score(rows), "voice_ms": summary(r["voice_ms"] for r in rows),
+            "last_word_ms": summary((r["last_word_ms"] for r in rows), 2)}  # fmt: skip
 
 
 def score(rows: list[dict]) -> dict[str, Any]:
     """Each signal alone and the rule, from the rows' text and voice probability (no whisper, no model)."""
-    from mcp_listen.speech.turns import judge, sounds_finished, words_say
+    from mcp_listen.speech.turns import UNSURE_WORD, judge, sounds_finished, words_say
 
     for r in rows:
         r["today"], r["words"] = sounds_finished(r["text"], r["lang"]), words_say(r["text"], r["lang"]) != "unfinished"
@@ -82,6 +92,18 @@ def score(rows: list[dict]) -> dict[str, Any]:
             r[f"voice@{t}"] = r["p"] >= t
             r[f"judge@{t}"] = getattr(judge(r["text"], r["lang"], r["p"], t), "finished", True)
         signals[f"voice@{t}"], signals[f"judge@{t}"] = rates(rows, f"voice@{t}"), rates(rows, f"judge@{t}")
+    if all("last_word_p" in r for r in rows):
+        for r in rows:
+            r["unsure"] = r["last_word_p"] is not None and r["last_word_p"] < UNSURE_WORD
+            r["sure"] = not r["unsure"]
+        signals["unsure"] = rates(rows, "sure")
+        for t in SURE_VOICES:
+            for r in rows:
+                verdict = judge(r["text"], r["lang"], r["p"], last_word_p=r["last_word_p"])
+                if r["unsure"] and verdict is not None and verdict.by != "words":
+                    verdict = judge(r["text"], r["lang"], r["p"], t)  # the voice alone, at T
+                r[f"judge+unsure@{t}"] = getattr(verdict, "finished", True)
+            signals[f"judge+unsure@{t}"] = rates(rows, f"judge+unsure@{t}")
     return signals
 
 
