@@ -15,7 +15,7 @@ Otherwise the audio model (speech/smart_turn.py, the last 8 s of the voice) deci
 of a finished turn of at least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language
 whose words the rule does not know), below it holds. When whisper was unsure of the last word it
 wrote (its least sure token under UNSURE_WORD: whisper/confidence.py), it guessed at the word the
-pause cut ("Please enter your" heard "Please enter it."), so the voice must be surer: SURE_VOICE.
+pause cut ("Please press 1 to" heard "Please press month."), so the voice must be surer: SURE_VOICE.
 The voice waits for whisper's words: deciding without them cut "…some bread and" on a busy
 machine, where the guess comes seconds late; then the pause is held up to max_pause_ms
 (bench/README.md).

@@ -1,7 +1,7 @@
 """How sure whisper was of the last word it wrote, from the token probabilities of its last pass.
 
 end_of_turn "smart" reads the words before a pause; when whisper mangled or guessed the word cut
-off by a thinking pause ("Please enter your" heard as "Please enter it."), the word it wrote is
+off by a thinking pause ("Please press 1 to" heard as "Please press month."), the word it wrote is
 one it was unsure of. The probability is read from the whisper.cpp context right after
 whisper_full, at no cost beyond a few dozen binding calls.
 """
