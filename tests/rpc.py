@@ -60,14 +60,16 @@ async def mcp_client(env: Mapping[str, str], *, mode: str = "legacy", **kw: Any)
 
 
 class RawServer:
-    """The server as a plain subprocess speaking newline-delimited JSON-RPC (or `command`, another one)."""
+    """The server as a plain subprocess speaking newline-delimited JSON-RPC (or `command`, another one).
+    SERVER_CMD is read when a server starts, not when this class was defined: tests replace it (the
+    installed console script, the DNS sink's wrapper)."""
 
     def __init__(
-        self, env: Mapping[str, str], *, stderr_path: Path | None = None, command: list[str] = SERVER_CMD
+        self, env: Mapping[str, str], *, stderr_path: Path | None = None, command: list[str] | None = None
     ) -> None:
         self.stderr_file = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            command,
+            command or SERVER_CMD,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr_file,
