@@ -19,9 +19,9 @@ from typing import Any
 from mcp_listen.contract.limits import WINDOW_MS
 from mcp_listen.speech.endpoint import SILENCE_THRESHOLD
 
-Transcribe = Callable[[Any, str, str, threading.Event], tuple[Any, ...]]
-"""transcribe(int16 audio, prompt, language, abort) -> (text, language heard[, how sure whisper was of
-the last word, 0-1 or None]); raises on failure."""
+Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str, float | None]]
+"""transcribe(int16 audio, prompt, language, abort) -> (text, language heard, how sure whisper was of
+the last word, 0-1 or None); raises on failure."""
 
 Detect = Callable[[Any, threading.Event], tuple[str, float]]
 """detect(int16 audio, abort) -> (language heard, whisper's probability for it); raises on failure."""
@@ -194,7 +194,7 @@ class PhraseWorker:
             self._learn_language(job)
             return
         try:
-            text, heard, *sure = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
+            text, heard, sure = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
         except BaseException as exc:  # noqa: BLE001 - re-raised in finish(), on the caller's thread
             if job.speculative:
                 job.error = None if job.abort.is_set() else exc
@@ -204,7 +204,7 @@ class PhraseWorker:
             return
         if heard and self.language == "auto":
             self.language = heard  # detected once: later phrases are not detected again
-        job.last_word_p = sure[0] if sure else None
+        job.last_word_p = sure
         if job.speculative:
             job.text = text
         else:
