@@ -40,6 +40,16 @@ shorter than it seems: the reference may lead the echo by a little more, never t
 the reference ran ahead of the echo by the whole of it: on the test rig, when the first sentence took
 a second to render, the reference was silent while the echo spoke, the delay was never measured, and
 the user was never heard (tests/fixtures/echo)."""
+EARLIEST_SHARE = 0.7
+"""The echo's lag is the earliest lag whose correlation reaches this share of the peak, within EARLIEST_S
+before it: in a reverberant room a reflection's cluster can correlate better than the direct path, and a
+reference taken at a reflection trails the direct echo, which neither AEC3 nor the echo model can then
+follow (bench/barge.py's noisy room: the peak 20-24 ms late in 3 of 18 offline measurements, in the
+turn the model never learnt). An earlier pick leads the echo a little more, which both follow; at 0.5 a
+pitch period's side peak was taken now and then (10 ms early on the rig's recording, tests/fixtures/echo)."""
+EARLIEST_S = 0.03
+"""How far before the peak the direct path is looked for: the reflections the bench found stronger than
+it came 20-24 ms after it."""
 MIN_CORRELATION = 0.3
 """The normalised cross-correlation peak below which no echo is taken to be there (headphones): the
 search lead is kept."""
@@ -176,7 +186,8 @@ def echo_lag_s(near: Any, far: Any) -> float | None:
     best = int(np.argmax(lags))
     if lags[best] / scale < MIN_CORRELATION:
         return None
-    return best / SAMPLE_RATE
+    first = max(0, best - int(EARLIEST_S * SAMPLE_RATE))
+    return (first + int(np.flatnonzero(lags[first : best + 1] >= EARLIEST_SHARE * lags[best])[0])) / SAMPLE_RATE
 
 
 def _joined(windows: list[Any]) -> Any:
