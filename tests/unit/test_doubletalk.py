@@ -145,3 +145,34 @@ def test_live_windows_where_the_echo_moved_past_the_modelled_path_never_count_as
     assert not any(e.learnt for e in explained) and model.resets > 0
     lag = echo_lag_s(near[:32].ravel(), far[:32].ravel())
     assert lag is not None and abs(lag - 0.195) < 0.005
+
+
+def test_in_a_noisy_room_the_model_is_learnt_the_echo_alone_never_fires_and_the_user_does():
+    """noisy.wav: the agent in the bench's noisy room (pink noise 20 dB under the user, a reverberant tail), the
+    user over it from window 110. Taught its first second three times as the turn does once the delay is
+    measured, the model counts as learnt from then on (its echo-alone baseline 20 dB down: measured above
+    the noise floor, the step regularised by it); the double-talk rule, taking every window for speech,
+    never fires on the echo alone and fires within 3 windows of the user's onset. Without the floor the
+    baseline stayed at -7 to -12 dB, unlearnt when the user began, and the rule never decided."""
+    from mcp_listen.engine.barge import ONSET_WINDOWS, REPLAY_PASSES, REPLAY_WINDOWS, talks_over_the_echo
+
+    near, far = _recorded("noisy")
+    model = EchoModel()
+    for i in range(REPLAY_WINDOWS):
+        model.process(near[i], far[i])
+    model.reset()
+    for _ in range(REPLAY_PASSES):
+        for i in range(REPLAY_WINDOWS):
+            model.learn(near[i], far[i])
+    measures: deque = deque(maxlen=ONSET_WINDOWS)
+    speech = deque([1.0] * ONSET_WINDOWS, maxlen=ONSET_WINDOWS)
+    onset, fired, learnt = 110, [], []
+    for i in range(REPLAY_WINDOWS, len(near)):
+        explained = model.process(near[i], far[i])[1]
+        measures.append(explained)
+        learnt.append(explained.learnt)
+        if explained.learnt and talks_over_the_echo(speech, measures, echo=True):
+            fired.append(i)
+    assert all(learnt[48 - REPLAY_WINDOWS : onset - REPLAY_WINDOWS]), learnt
+    assert fired and onset <= fired[0] <= onset + 3, fired
+    assert model.resets == 0
