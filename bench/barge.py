@@ -243,10 +243,14 @@ class Whisper:
         self._model = Model(str(model), print_realtime=False, print_progress=False, n_threads=2)
 
     def words(self, samples: Any) -> str:
+        """What the server would write: whisper's text through its own clean-up (whisper/text.py
+        usable_text: `[BLANK_AUDIO]` and other non-speech markers removed)."""
+        from mcp_listen.whisper.text import usable_text
+
         audio = np.asarray(samples, dtype=np.float32) / 32768.0
         if len(audio) < RATE:
             audio = np.pad(audio, (0, RATE - len(audio)))
-        return " ".join(s.text for s in self._model.transcribe(audio, language="en")).strip()
+        return usable_text(" ".join(s.text for s in self._model.transcribe(audio, language="en"))) or ""
 
 
 # --------------------------------------------------------------------------- the runs
@@ -285,13 +289,33 @@ def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, part
     onset_s = (user_at + first_loud(clip["samples"])) / RATE
     early = result["barged"] and result["stopped_s"] < onset_s  # the agent's own voice stopped it first
     after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
-    said = parts_["whisper"].words(result["handed"]) if result["barged"] else ""
+    said = (
+        parts_["whisper"].words(_until_silence(result["handed"], result["stopped_s"], clip, user_at))
+        if result["barged"]
+        else ""
+    )
     ref_errors, ref_words = errors(clip["text"], said)
     floor = parts_["floor"]["double_talk" if option == "product" else "strict"]  # the rule that decides
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early,
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
         "reaction_floor_ms": floor[clip["id"]], "heard": said, "errors": ref_errors,
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
+
+
+def _until_silence(handed: Any, stopped_s: float | None, clip: dict[str, Any], user_at: int) -> Any:
+    """What the turn handed on up to where the listener's recording would end: DEFAULT_SILENCE_MS after the
+    user's last loud sample (the bench's microphone runs on 4 s past the speech, and whisper wrote words of
+    its own into that silence). The handed windows begin PRE_ROLL_WINDOWS before the one that stopped the
+    speech (its arrival, INPUT_LATENCY_S after it was heard)."""
+    from mcp_listen.contract.limits import DEFAULT_SILENCE_MS
+    from mcp_listen.engine.barge import PRE_ROLL_WINDOWS
+
+    if stopped_s is None:
+        return handed
+    first = max(0, int(round((stopped_s - INPUT_LATENCY_S) * RATE)) - PRE_ROLL_WINDOWS * WINDOW)  # the first handed
+    loud = np.flatnonzero(np.abs(clip["samples"]) > 300)
+    end = user_at + (int(loud[-1]) if len(loud) else len(clip["samples"])) + DEFAULT_SILENCE_MS * RATE // 1000
+    return handed[: max(0, end - first)]
 
 
 def _noise(condition: dict[str, Any], user: Any, far: Any, rng: np.random.Generator) -> Any:

@@ -101,6 +101,10 @@ the onset rule was met (the damped first words); the listener's own onset, in th
 their speech starts, keeping up to 1 s before it as for every recording."""
 
 
+ONSET_LOOKBACK_WINDOWS = 32
+"""How far before the cut-in (1 s) the user's first rise over the echo is looked for (pre_roll)."""
+
+
 class BargeIn(SpeechFirst):
     """converse with barge_in: the agent's speech, which the user's own speech stops."""
 
@@ -144,7 +148,7 @@ class BargeIn(SpeechFirst):
         self.playback.start(self._text, self._speed)
         self._started = True
         latency = microphone.latency_s
-        recent: deque[tuple[Any, Any]] = deque(maxlen=PRE_ROLL_WINDOWS)
+        recent: deque[tuple[Any, Any, Explained | None]] = deque(maxlen=PRE_ROLL_WINDOWS)
         probabilities: deque[float] = deque(maxlen=max(ONSET_WINDOWS, STRICT_WINDOWS))
         measures: deque[Explained | None] = deque(maxlen=ONSET_WINDOWS)
         heard = iter(microphone)
@@ -158,12 +162,12 @@ class BargeIn(SpeechFirst):
             if learnt != by_model:  # Silero's span starts afresh on the other signal
                 by_model = learnt
                 probabilities.clear()
-            recent.append((clean, left))
+            recent.append((clean, left, explained))
             probabilities.append(self._vad.hear(left if by_model else clean)[0])
             measures.append(explained)
             if self._user_talks(probabilities, measures, by_model):
                 self._cut_in(on_listening)
-                yield from (pair[1] if by_model else pair[0] for pair in recent)
+                yield from pre_roll(list(recent), by_model)
                 break
         for window in heard:
             clean, left, _ = self._cleaned(window, latency)
@@ -291,12 +295,28 @@ class BargeIn(SpeechFirst):
         on_listening()
 
 
+def pre_roll(recent: list[tuple[Any, Any, Explained | None]], by_model: bool) -> list[Any]:
+    """The windows handed to the listener on a cut-in: what the echo model leaves while it decided, AEC3's
+    output otherwise. With the model deciding, the windows before the user's first rise (the first of the
+    last ONSET_LOOKBACK_WINDOWS whose unexplained share rose RISE_DB over the baseline) are AEC3's output:
+    there the model leaves the agent's echo 20-30 dB down, which whisper still heard as words, while AEC3's
+    suppressor leaves next to nothing."""
+    if not by_model:
+        return [clean for clean, _, _ in recent]
+    lookback = len(recent) - ONSET_LOOKBACK_WINDOWS
+    rises = [i for i, (_, _, m) in enumerate(recent) if i >= lookback and m is not None and m.rise_db > RISE_DB]
+    first = rises[0] if rises else 0
+    return [clean if i < first else left for i, (clean, left, _) in enumerate(recent)]
+
+
 def talks_over_the_echo(probabilities: deque[float], measures: deque[Explained | None], echo: bool) -> bool:
     """The double-talk rule over the last ONSET_WINDOWS windows. A window whose leftover is louder than the
     microphone is never the user: a voice over the echo adds to both, while a prediction of a path that
     has changed adds sound of its own (on the test rig, when the sound server's buffering shifted the echo,
     before the guard reset the model). With no echo to explain (headphones), speech as loud as the
-    microphone usually is suffices."""
+    microphone usually is suffices. Nor is a window in which the microphone clipped: the leftover of a
+    clipped echo rose 9 dB over the baseline in the 120 ms 0 dB room at the loudest onsets of the agent's
+    speech, and stopped it once in 12 turns (bench/barge.py's cases, before this check)."""
     recent = list(probabilities)[-ONSET_WINDOWS:]
     if len(recent) < ONSET_WINDOWS or any(m is None for m in measures):
         return False
@@ -305,6 +325,7 @@ def talks_over_the_echo(probabilities: deque[float], measures: deque[Explained |
     return (
         (not echo or sum(m.unexplained_db for m in known) / len(known) - first.baseline_db > RISE_DB)
         and (not echo or max(m.unexplained_db for m in known) < 0.0)
+        and (not echo or not any(m.clipped for m in known))
         and min(m.level_db for m in known) > LEVEL_DB
         and sum(recent) >= ONSET_PROBABILITY * ONSET_WINDOWS
     )
