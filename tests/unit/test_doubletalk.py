@@ -176,3 +176,17 @@ def test_in_a_noisy_room_the_model_is_learnt_the_echo_alone_never_fires_and_the_
     assert all(learnt[48 - REPLAY_WINDOWS : onset - REPLAY_WINDOWS]), learnt
     assert fired and onset <= fired[0] <= onset + 3, fired
     assert model.resets == 0
+
+
+def test_the_pre_roll_hands_aec3s_output_before_the_users_first_rise_and_the_leftover_from_it():
+    """engine/barge.py pre_roll: with the model deciding, the windows before the first rise over the echo-alone
+    baseline are AEC3's (the agent's echo 20-30 dB down in the leftover still made words); with the rule on
+    AEC3 alone deciding, every window is AEC3's."""
+    from mcp_listen.audio.doubletalk import Explained
+    from mcp_listen.engine.barge import RISE_DB, pre_roll
+
+    echo_alone, user = Explained(-25.0, -25.0, -20.0, True), Explained(-25.0 + RISE_DB + 4, -25.0, 0.0, True)
+    recent = [(f"aec3{i}", f"left{i}", echo_alone if i < 6 else user) for i in range(10)]
+    assert pre_roll(recent, by_model=True) == [f"aec3{i}" for i in range(6)] + [f"left{i}" for i in range(6, 10)]
+    assert pre_roll(recent, by_model=False) == [f"aec3{i}" for i in range(10)]
+    assert pre_roll([(c, left, echo_alone) for c, left, _ in recent], by_model=True) == [f"left{i}" for i in range(10)]
