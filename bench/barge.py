@@ -7,9 +7,9 @@ model, the maintained alternatives (bench/cancellers.py), each option on the ver
 The agent is Piper's test voice at three speeds, the user real recorded speech (bench/realspeech_data.py),
 heard through an echo path (delay, gain, a reverberant tail) with steady noise; when the turn stops the
 speech, the echo stops one speaker block later. time.monotonic in the turn's modules is this bench's
-clock, so only the CPU figure feels other work on the machine. Per option and condition: false
-barge-ins, reaction beside the same rule's floor on the clip alone, WER beside the clip alone, ERLE,
-CPU (bench/README.md, "Barge-in"). `livekit` needs `pip install livekit`, `speex` Debian's libspeexdsp1.
+clock, so only the CPU figure feels other work on the machine. Per option and condition: false barge-ins,
+reaction beside the same rule's floor on the clip alone, WER beside the clip alone, ERLE, CPU (bench/README.md,
+"Barge-in"). `livekit` needs `pip install livekit`, `speex` Debian's libspeexdsp1.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def echo_path(condition: dict[str, Any], rng: np.random.Generator) -> Any:
 
 
 def echo(played16: Any, ir: Any, length: int, start: int) -> Any:
-    """What the microphone hears of the speech (16 kHz) played from sample `start` through the path `ir`:
-    `length` samples."""
+    """`length` samples of what the microphone hears of the speech (16 kHz) played from `start` through `ir`."""
     n = len(played16) + len(ir) - 1
     size = 1 << (n - 1).bit_length()
     out = np.fft.irfft(np.fft.rfft(played16, size) * np.fft.rfft(ir, size), size)[:n]
@@ -196,8 +195,7 @@ class Agent:
 
 
 def users() -> list[dict[str, Any]]:
-    """The English real-speech clips of at most 8 s, as float samples with their reference text, each
-    scaled to USER_LEVEL_DBFS while speaking."""
+    """The English real-speech clips of at most 8 s (float samples, reference text), at USER_LEVEL_DBFS while speaking."""
     chosen = []
     for entry in real(language="en"):
         samples = A.read_wav(entry["path"]).astype(np.float64)
@@ -209,10 +207,9 @@ def users() -> list[dict[str, Any]]:
 
 
 def reaction_floor_ms(samples: Any, stop_to_silence_ms: float, rule: str) -> float:
-    """The reaction `rule`'s Silero part has with no agent at all: Silero (a fresh session) on the clip alone,
-    from its first loud sample to the window on which the rule's windows average its probability, plus the
-    input latency and the speaker's cancel -> silence. The clips open with 0-280 ms of breath and quiet
-    onset above the loudness mark, which no rule on speech can hear as speech."""
+    """The reaction of the `rule`'s Silero part with no agent: a fresh Silero on the clip alone, from its first loud
+    sample to the window on which the rule's windows average its probability, plus the input latency and the
+    speaker's cancel -> silence. The clips open with 0-280 ms of breath no rule on speech hears as speech."""
     from mcp_listen.engine import barge
     from mcp_listen.speech.vad import SileroVAD
 
@@ -243,13 +240,11 @@ class Whisper:
         self._model = Model(str(model), print_realtime=False, print_progress=False, n_threads=2)
 
     def words(self, samples: Any) -> str:
-        """What the server would write: whisper's text through its own clean-up (whisper/text.py
-        usable_text: `[BLANK_AUDIO]` and other non-speech markers removed)."""
+        """What the server would write: whisper's text through its clean-up (usable_text drops `[BLANK_AUDIO]`)."""
         from mcp_listen.whisper.text import usable_text
 
         audio = np.asarray(samples, dtype=np.float32) / 32768.0
-        if len(audio) < RATE:
-            audio = np.pad(audio, (0, RATE - len(audio)))
+        audio = np.pad(audio, (0, max(0, RATE - len(audio))))
         return usable_text(" ".join(s.text for s in self._model.transcribe(audio, language="en"))) or ""
 
 
@@ -289,11 +284,8 @@ def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, part
     onset_s = (user_at + first_loud(clip["samples"])) / RATE
     early = result["barged"] and result["stopped_s"] < onset_s  # the agent's own voice stopped it first
     after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
-    said = (
-        parts_["whisper"].words(_until_silence(result["handed"], result["stopped_s"], clip, user_at))
-        if result["barged"]
-        else ""
-    )
+    handed = _until_silence(result["handed"], result["stopped_s"], clip, user_at)
+    said = parts_["whisper"].words(handed) if result["barged"] else ""
     ref_errors, ref_words = errors(clip["text"], said)
     floor = parts_["floor"]["double_talk" if option == "product" else "strict"]  # the rule that decides
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early,
@@ -303,24 +295,21 @@ def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, part
 
 
 def _until_silence(handed: Any, stopped_s: float | None, clip: dict[str, Any], user_at: int) -> Any:
-    """What the turn handed on up to where the listener's recording would end: DEFAULT_SILENCE_MS after the
-    user's last loud sample (the bench's microphone runs on 4 s past the speech, and whisper wrote words of
-    its own into that silence). The handed windows begin PRE_ROLL_WINDOWS before the one that stopped the
-    speech (its arrival, INPUT_LATENCY_S after it was heard)."""
+    """What the turn handed on up to where the listener's recording would end, DEFAULT_SILENCE_MS after the user's
+    last loud sample (whisper wrote words of its own into the 4 s after). The handed windows begin
+    PRE_ROLL_WINDOWS before the one that stopped the speech (its arrival, INPUT_LATENCY_S after it was heard)."""
     from mcp_listen.contract.limits import DEFAULT_SILENCE_MS
     from mcp_listen.engine.barge import PRE_ROLL_WINDOWS
 
     if stopped_s is None:
         return handed
     first = max(0, int(round((stopped_s - INPUT_LATENCY_S) * RATE)) - PRE_ROLL_WINDOWS * WINDOW)  # the first handed
-    loud = np.flatnonzero(np.abs(clip["samples"]) > 300)
-    end = user_at + (int(loud[-1]) if len(loud) else len(clip["samples"])) + DEFAULT_SILENCE_MS * RATE // 1000
+    end = user_at + int(np.flatnonzero(np.abs(clip["samples"]) > 300)[-1]) + DEFAULT_SILENCE_MS * RATE // 1000
     return handed[: max(0, end - first)]
 
 
 def _noise(condition: dict[str, Any], user: Any, far: Any, rng: np.random.Generator) -> Any:
-    """Steady pink noise at the condition's SNR to the user's speech
-    (to a typical clip's level when the user is silent)."""
+    """Steady pink noise at the condition's SNR to the user's speech (to a typical clip's level when silent)."""
     snr = condition["noise_snr_db"]
     if snr is None:
         return None
@@ -369,33 +358,24 @@ def print_table(report: dict[str, Any]) -> None:
         for name, s in conditions.items():
             r, f = s["reaction_ms"], s["reaction_floor_ms"]
             missed = [k for k, v in s["targets"].items() if v.get("ok") is False]
-            print(
-                f"{option} | {name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
-                f"{s['barge_ins_detected']} of {s['runs_user']} | {r.get('median')} / {r.get('p90')} ({f.get('median')}) | "
-                f"{s['wer_pct']} / {s['wer_alone_pct']} | {s['erle_db'].get('median')} | "
-                f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}"
-            )
+            print(f"{option} | {name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
+                  f"{s['barge_ins_detected']} of {s['runs_user']} | {r.get('median')} / {r.get('p90')} ({f.get('median')}) | "
+                  f"{s['wer_pct']} / {s['wer_alone_pct']} | {s['erle_db'].get('median')} | "
+                  f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = cli(
-        __doc__,
-        argv,
-        ("--runs", 20, "runs per condition, of the agent alone and as many with the user"),
+    opts = cli(__doc__, argv, ("--runs", 20, "runs per condition, of the agent alone and as many with the user"),
         ("--options", "product", f"comma-separated, of {', '.join(OPTIONS)}"),
-        ("--json", ROOT / "bench" / "results-barge.json", "the report"),
-        ("--voice", VOICE_PATH, "the agent's Piper voice"),
-        ("--model", TEST_MODEL, "whisper model for the words"),
-    )
+        ("--json", ROOT / "bench" / "results-barge.json", "the report"), ("--voice", VOICE_PATH, "the agent's Piper voice"),
+        ("--model", TEST_MODEL, "whisper model for the words"))  # fmt: skip
     opts.options = [o for o in opts.options.split(",") if o]
     if unknown := [o for o in opts.options if o not in OPTIONS]:
         raise SystemExit(f"--options: unknown {unknown}; known: {', '.join(OPTIONS)}")
     run = Run("pywebrtc-audio", "piper-tts", runs=opts.runs, options={o: OPTIONS[o] for o in opts.options},
               voice=opts.voice.name, model=opts.model.name, speeds=SPEEDS, input_latency_s=INPUT_LATENCY_S)  # fmt: skip
     clock, whisper, clips, stop_ms = simulated_clock(), Whisper(opts.model), users(), _stop_to_silence_ms()
-    floor = {
-        r: {c["id"]: reaction_floor_ms(c["samples"], stop_ms, r) for c in clips} for r in ("double_talk", "strict")
-    }
+    floor = {r: {c["id"]: reaction_floor_ms(c["samples"], stop_ms, r) for c in clips} for r in ("double_talk", "strict")}  # fmt: skip
     parts_ = {"agent": Agent(opts.voice), "users": clips, "whisper": whisper, "stop_to_silence_ms": stop_ms,
               "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "floor": floor}  # fmt: skip
     report = run.report
@@ -415,8 +395,7 @@ def simulated_clock() -> Any:
 
     clock = SimpleNamespace(now=1000.0)
     clock.monotonic = lambda: clock.now
-    barge.time = clock  # type: ignore[assignment]
-    turn.time = clock  # type: ignore[assignment]
+    barge.time = turn.time = clock  # type: ignore[assignment]
     return clock
 
 

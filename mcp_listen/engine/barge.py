@@ -168,11 +168,12 @@ class BargeIn(SpeechFirst):
             measures.append(explained)
             if self._user_talks(probabilities, measures, by_model):
                 self._cut_in(on_listening)
-                yield from pre_roll(list(recent), by_model)
+                no_echo = self.aligner.measured_lag_s is None
+                yield from pre_roll(list(recent), by_model, no_echo)
                 break
         for window in heard:
             clean, left, _ = self._cleaned(window, latency)
-            yield left if by_model else clean
+            yield left if by_model or no_echo else clean
 
     def _user_talks(self, probabilities: deque[float], measures: deque[Explained | None], by_model: bool) -> bool:
         """The onset rule during playback (the module's docstring)."""
@@ -296,12 +297,16 @@ class BargeIn(SpeechFirst):
         on_listening()
 
 
-def pre_roll(recent: list[tuple[Any, Any, Explained | None]], by_model: bool) -> list[Any]:
+def pre_roll(recent: list[tuple[Any, Any, Explained | None]], by_model: bool, no_echo: bool = False) -> list[Any]:
     """The windows handed to the listener on a cut-in: what the echo model leaves while it decided, AEC3's
     output otherwise. With the model deciding, the windows before the user's first rise (the first of the
     last ONSET_LOOKBACK_WINDOWS whose unexplained share rose RISE_DB over the baseline) are AEC3's output:
     there the model leaves the agent's echo 20-30 dB down, which whisper still heard as words, while AEC3's
-    suppressor leaves next to nothing."""
+    suppressor leaves next to nothing. With no echo found (headphones) every window is the leftover, the
+    microphone itself: AEC3 damps a voice over the reference 14-45 dB even with no echo path, and the live
+    headphones case then lost the user's words in 3 of 8 turns ("Or" for a 9-word sentence)."""
+    if no_echo:
+        return [left for _, left, _ in recent]
     if not by_model:
         return [clean for clean, _, _ in recent]
     lookback = len(recent) - ONSET_LOOKBACK_WINDOWS

@@ -68,11 +68,6 @@ def test_speak_text_with_barge_in_stops_and_returns_when_the_user_talks(speak_en
     assert free["recording"] is False and "speaking" not in free, free
 
 
-@pytest.mark.xfail(
-    reason="AEC3 alone damps the user's voice 14-45 dB while the agent speaks, even with no echo path (measured "
-    "offline): the user is missed or their first words lost; the echo model of the barge-in work is to lift it",
-    strict=False,
-)
 def test_with_headphones_the_user_cuts_in_as_over_a_speaker(speak_env, vmic, model_path, tmp_path):
     """No echo path: the agent plays into headphones the microphone never hears (the rig's second sink).
     The echo's delay search finds no echo, and the user talking over the agent stops it all the same;

@@ -181,7 +181,7 @@ def test_in_a_noisy_room_the_model_is_learnt_the_echo_alone_never_fires_and_the_
 def test_the_pre_roll_hands_aec3s_output_before_the_users_first_rise_and_the_leftover_from_it():
     """engine/barge.py pre_roll: with the model deciding, the windows before the first rise over the echo-alone
     baseline are AEC3's (the agent's echo 20-30 dB down in the leftover still made words); with the rule on
-    AEC3 alone deciding, every window is AEC3's."""
+    AEC3 alone deciding, every window is AEC3's; with no echo found (headphones), every window the leftover."""
     from mcp_listen.audio.doubletalk import Explained
     from mcp_listen.engine.barge import RISE_DB, pre_roll
 
@@ -189,4 +189,5 @@ def test_the_pre_roll_hands_aec3s_output_before_the_users_first_rise_and_the_lef
     recent = [(f"aec3{i}", f"left{i}", echo_alone if i < 6 else user) for i in range(10)]
     assert pre_roll(recent, by_model=True) == [f"aec3{i}" for i in range(6)] + [f"left{i}" for i in range(6, 10)]
     assert pre_roll(recent, by_model=False) == [f"aec3{i}" for i in range(10)]
+    assert pre_roll(recent, by_model=False, no_echo=True) == [f"left{i}" for i in range(10)]  # headphones
     assert pre_roll([(c, left, echo_alone) for c, left, _ in recent], by_model=True) == [f"left{i}" for i in range(10)]
