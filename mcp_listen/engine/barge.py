@@ -153,7 +153,7 @@ class BargeIn(SpeechFirst):
         probabilities: deque[float] = deque(maxlen=max(ONSET_WINDOWS, STRICT_WINDOWS))
         measures: deque[Explained | None] = deque(maxlen=ONSET_WINDOWS)
         heard = iter(microphone)
-        by_model = False
+        by_model = no_echo = False
         for window in heard:
             clean, left, explained = self._cleaned(window, latency)
             if self.playback.ended.is_set():
