@@ -11,8 +11,8 @@ ms per read: `last_word_ms`): alone ("unsure", a last word under turns.UNSURE_WO
 rule (`judge+unsure@T`: after such a word the voice must reach T; turns.SURE_VOICE is the rule's).
 
 Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
-clip's language), once per mode. The turn *ended at the pause* when the result's recording is shorter
-than the speech before the pause plus the pause. For finished turns that ended there: the result's
+clip's language), once per mode. The turn *ended at the pause* when the result's recording ends within
+the pause, and not by duration_ms. For finished turns that ended there: the result's
 arrival after the last loud sample before the pause (play start + its offset; the playback latency is
 the same in both modes), minus silence_ms. The server's CPU seconds per utterance, per mode.
 """
@@ -153,7 +153,7 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str
             last_loud = audio_assets.last_loud_sample(samples[: len(lead) + e["pause_at"]])
             for mode in modes if i % 2 == 0 else modes[::-1]:
                 seconds, data, cpu = call(rig, server, model, wav, mode, e["lang"], f"{e['id']}-{mode}")
-                ended = data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]
+                ended = data.get("end_reason") != "duration" and len(lead) + e["pause_at"] < data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]  # fmt: skip
                 after = seconds * 1000 - last_loud / 16 - SILENCE_MS
                 rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "mode": mode, "ended": ended,
                              "finished": ended, "end_reason": data.get("end_reason"), "how": data["how"], "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
