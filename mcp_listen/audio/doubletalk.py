@@ -38,6 +38,7 @@ once the user cuts in.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -210,10 +211,8 @@ class EchoModel:
     def learn(self, near: Any, far: Any) -> None:
         """Adapt to a window heard earlier, measuring nothing: a fresh model is taught the second the delay
         was measured on (engine/barge.py), so that it knows the path when the user may first cut in."""
-        np = self._np
-        for start in (0, BLOCK):
-            near_block, far_block = near[start : start + BLOCK], far[start : start + BLOCK]
-            self._block(near_block.astype(np.float64), far_block.astype(np.float64), measuring=False)
+        for near_block, far_block in self._halves(near, far):
+            self._block(near_block, far_block, measuring=False)
 
     def process(self, near: Any, far: Any) -> tuple[Any, Explained]:
         """`near` (a window of the microphone) less the predicted echo of `far` (what was played then), and
@@ -221,9 +220,8 @@ class EchoModel:
         np = self._np
         energies = np.zeros(3)
         out = []
-        for start in (0, BLOCK):
-            near_block, far_block = near[start : start + BLOCK], far[start : start + BLOCK]
-            residual, block_energies = self._block(near_block.astype(np.float64), far_block.astype(np.float64))
+        for near_block, far_block in self._halves(near, far):
+            residual, block_energies = self._block(near_block, far_block)
             out.append(residual)
             energies += block_energies
         near_e, left_e, far_e = (float(e) for e in energies)
@@ -234,6 +232,12 @@ class EchoModel:
             predicted = near.astype(np.float64) - left
             explained = replace(explained, clipped=float(np.max(np.abs(predicted))) > CLIPPING_ECHO)
         return np.clip(np.rint(left), -32768, 32767).astype(np.int16), explained
+
+    def _halves(self, near: Any, far: Any) -> Iterator[tuple[Any, Any]]:
+        """A window's two blocks of the microphone and of the reference, as floats: the filter's unit."""
+        floats = self._np.float64
+        for start in (0, BLOCK):
+            yield near[start : start + BLOCK].astype(floats), far[start : start + BLOCK].astype(floats)
 
     def _block(self, near: Any, far: Any, measuring: bool = True) -> tuple[Any, Any]:
         """One block through the filter: the residual, and the band's energies (the microphone's and the
