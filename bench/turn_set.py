@@ -22,12 +22,12 @@ import gzip
 import json
 import re
 import sys
-import wave
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import realspeech_data as R  # noqa: E402
+from rig import audio_assets  # noqa: E402
 
 SET_FILE = Path(__file__).resolve().parent / "turn_set.json"
 PAUSES_MS = (1200, 1500, 1800, 2100, 2500)
@@ -55,7 +55,8 @@ def prompts() -> list[tuple[str, str, str]]:
         member = f"./usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz"
         raw = R.members(R.fetch(f"ast-{lang}", R.DEFAULT_CACHE / "downloads"), {member})[member]
         for line in gzip.decompress(raw).decode("utf-8", "replace").splitlines():
-            name, text = line.partition(":")[0], line.partition(":")[2].strip()
+            name, _, text = line.partition(":")
+            text = text.strip()
             if 60 <= len(text) <= 400 and "..." not in text and "…" not in text and text[:1].isupper():
                 out.append((lang, name.strip(), text))
     return out
@@ -69,7 +70,7 @@ def clips() -> dict[tuple[str, str], dict]:
 def recordings(chosen: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], np.ndarray]:
     """16 kHz samples of the prompts (all, or the `chosen` (language, name) pairs; "clip:" names: clips())."""
     wanted = {(lang, name) for lang, name, _ in prompts()} if chosen is None else chosen
-    out = {k: read(Path(c["path"])) for k, c in clips().items() if k in wanted} if chosen else {}
+    out = {k: audio_assets.read_wav(c["path"]) for k, c in clips().items() if k in wanted} if chosen else {}
     for lang in VOICES:
         names = {f"./usr/share/asterisk/sounds/{VOICES[lang]}/{name}.wav": name for lg, name in wanted
                  if lg == lang and name[:5] != "clip:"}  # fmt: skip
@@ -77,14 +78,10 @@ def recordings(chosen: set[tuple[str, str]] | None = None) -> dict[tuple[str, st
         for member, raw in files.items():
             path = R.DEFAULT_CACHE / "turns" / f"{lang}-{names[member].replace('/', '-')}.wav"
             if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True), R.convert(raw, member, path)
-            out[(lang, names[member])] = read(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                R.convert(raw, member, path)
+            out[(lang, names[member])] = audio_assets.read_wav(path)
     return out
-
-
-def read(path: Path) -> np.ndarray:
-    with wave.open(str(path)) as w:
-        return np.frombuffer(w.readframes(w.getnframes()), np.int16).copy()
 
 
 def gaps(samples: np.ndarray, least: int = 3) -> list[tuple[int, int]]:
@@ -205,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{e['id']:20} {e['pause_ms']:5} {e.get('word', ''):8} {e['said'][-60:]}")
         if opts.out:
             opts.out.mkdir(parents=True, exist_ok=True)
-            with wave.open(str(opts.out / f"{e['id']}.wav"), "wb") as w:
-                w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(e["samples"].tobytes())
+            audio_assets.write_wav(e["samples"], opts.out / f"{e['id']}.wav")
     return 0
 
 
