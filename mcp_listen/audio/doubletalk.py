@@ -84,12 +84,13 @@ LOUDER_SHARE = 0.7
 """The model has run away (or the path changed under it: the echo shifted against the reference) when its
 residual is louder than the microphone in LOUDER_SHARE of the last DIVERGED_WINDOWS windows (~0.3 s) in
 which the agent spoke; it then starts afresh. A user talking over a learnt model leaves less than the
-microphone, never more. A share, not a run: on the test rig a shifted path left a window or two a little
-quieter now and then."""
-LOUDER = 10 ** (1.0 / 10)
+microphone, or about as much when far louder than the echo, never LOUDER_DB more. A share, not a run: on the
+test rig a shifted path left a window or two a little quieter now and then."""
+LOUDER_DB = 1.0
 """Louder means 1 dB louder, both measured above the noise floor: where noise fills a window, the two are
 within a fraction of a dB, and their order a coin's toss (the guard then reset a sound model 4-16 times a
 turn in the bench's noisy room, which never counted as learnt)."""
+LOUDER = 10 ** (LOUDER_DB / 10)
 MAX_GAIN_DB = 20.0
 """The filter's energy (the echo path's gain) past which it has run away: no loudspeaker path makes the
 echo 20 dB louder than what was played."""
@@ -173,6 +174,13 @@ class Explained:
     def rise_db(self) -> float:
         return self.unexplained_db - self.baseline_db
 
+    @property
+    def adds_sound(self) -> bool:
+        """The leftover is LOUDER_DB louder than the microphone: the prediction added sound of its own (a path it
+        has not learnt, or one that moved), which a voice over the echo never does. A voice much louder than
+        the echo leaves about as much as the microphone heard, a fraction of a dB either side."""
+        return self.unexplained_db >= LOUDER_DB
+
 
 class EchoModel:
     """The adaptive linear echo filter of one turn, fed window by window from the microphone's thread."""
@@ -226,9 +234,9 @@ class EchoModel:
             energies += block_energies
         near_e, left_e, far_e = (float(e) for e in energies)
         explained = self._measure(near_e, left_e, far_e)
-        self._guard(near_e, left_e, far_e)
+        self._guard(near_e, left_e, far_e, saturated(near))
         left = np.concatenate(out)
-        if int(near.max()) >= 32767 or int(near.min()) <= -32768:  # clipped: by the echo itself?
+        if saturated(near):  # clipped: by the echo itself?
             predicted = near.astype(np.float64) - left
             explained = replace(explained, clipped=float(np.max(np.abs(predicted))) > CLIPPING_ECHO)
         return np.clip(np.rint(left), -32768, 32767).astype(np.int16), explained
@@ -254,11 +262,13 @@ class EchoModel:
         near_spectrum = np.fft.rfft(np.concatenate([zeros, near]))
         band, floor = self._band, self._floor
         left_power, near_power = np.abs(error) ** 2, np.abs(near_spectrum) ** 2
-        if measuring:
+        clipped = saturated(near)
+        if measuring and not clipped:
             floor.follow(left_power)
         far_e = float(np.sum(np.abs(spectrum[band]) ** 2))
         energies = np.array([floor.above(near_power, band), floor.above(left_power, band), far_e])
-        self._adapt(error, 10 * np.log10((energies[1] + 1) / (energies[0] + 1)))
+        if not clipped:
+            self._adapt(error, 10 * np.log10((energies[1] + 1) / (energies[0] + 1)))
         return residual, energies
 
     def _adapt(self, error: Any, left_db: float) -> None:
@@ -289,11 +299,12 @@ class EchoModel:
             self._levels.append(near_e)
         return Explained(unexplained, baseline, level, known and baseline < LEARNT_DB)
 
-    def _guard(self, near_e: float, left_e: float, far_e: float) -> None:
+    def _guard(self, near_e: float, left_e: float, far_e: float, clipped: bool) -> None:
         """Start afresh when the model has run away: its residual louder than the microphone through most of
-        DIVERGED_WINDOWS while the agent speaks, or its energy past MAX_GAIN_DB or up JUMP_DB in one window."""
+        DIVERGED_WINDOWS while the agent speaks, or its energy past MAX_GAIN_DB or up JUMP_DB in one window.
+        A clipped window does not count: the microphone lost the peaks the prediction still holds."""
         np = self._np
-        if far_e > PLAYING_ENERGY:
+        if far_e > PLAYING_ENERGY and not clipped:
             self._louder.append(left_e > near_e * LOUDER + 1)
         energy = float(np.sum(np.fft.irfft(self._weights, axis=1) ** 2))  # 1: an echo as loud as what played
         jumped = self._energy > 1e-3 and energy > self._energy * 10 ** (JUMP_DB / 10)
@@ -301,3 +312,11 @@ class EchoModel:
         if sum(self._louder) >= LOUDER_SHARE * DIVERGED_WINDOWS or energy > 10 ** (MAX_GAIN_DB / 10) or jumped:
             self.resets += 1
             self.reset()
+
+
+def saturated(samples: Any) -> bool:
+    """Whether the microphone reached full scale: what it heard past it is lost, so no linear model explains
+    the block, and learning from it would teach the filter the clipping (in the bench's 120 ms 0 dB room the
+    loudest onsets of the agent's speech clipped, and a model that learnt from them left more than the
+    microphone heard until its guard reset it; the rule on AEC3 alone then heard the agent as the user)."""
+    return bool(samples.max() >= 32767 or samples.min() <= -32768)

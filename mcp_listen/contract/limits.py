@@ -61,11 +61,11 @@ MAX_VOICE_CHARS = 1024
 DEFAULT_VOICE = "en_US-lessac-medium"
 """speak_text's voice when none is given (MCP_LISTEN_VOICE): Piper's own documentation's example voice."""
 MAX_SPEAK_CHARS = 10_000
+"""Longest text speak_text says in one call (about ten minutes of speech)."""
 MAX_WORD_CHARS = 200
 """The longest run of letters and digits speak_text says: Piper renders a word as one piece before any of
 it sounds, ~2 ms per character here, so a 10,000-character word would be silence for 20 s, then a minute
 of babble. The longest words of any language are far shorter; a longer one is data to show, not say."""
-"""Longest text speak_text says in one call (about ten minutes of speech)."""
 MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 """speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
 BARGE_IN_BY_DEFAULT = False

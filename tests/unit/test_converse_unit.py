@@ -459,3 +459,27 @@ def test_a_stopped_speech_leaves_no_reference_beyond_what_was_heard():
     far.cut(start + 0.5)  # stopped half a second in: the rest sat in its buffer
     assert far.reference(start + 0.4, 0.0).any()
     assert not far.reference(start + 0.6, 0.0).any()
+
+
+@pytest.mark.parametrize(
+    ("windows", "user"),
+    [
+        ([(-22.0, -3.0), (-21.0, -2.0)], False),  # the echo alone, explained as usual
+        ([(-5.0, -2.0), (-4.0, -1.0)], True),  # a user as loud as the echo
+        ([(0.4, 3.0), (-0.6, 2.0)], True),  # a user far louder than the echo: about what the microphone heard
+        ([(-6.0, -8.5), (-5.0, -7.5)], True),  # a user beginning softly under an echo louder than them
+        ([(-12.0, -8.5), (-11.0, -7.5)], False),  # the faint end of a word: a smaller rise, as quiet
+        ([(0.2, -1.3), (-1.8, -7.3)], False),  # a prediction gone wrong (crept.wav): as much as the microphone
+        ([(2.4, 7.4), (-5.0, -1.0)], False),  # a prediction adding sound of its own
+    ],
+)
+def test_the_double_talk_rule_takes_a_voice_the_echo_model_cannot_explain_and_nothing_else(windows, user):
+    """(unexplained dB, level dB) of two windows over a learnt echo-alone baseline of -25 dB, Silero hearing
+    speech in both."""
+    from collections import deque
+
+    from mcp_listen.audio.doubletalk import Explained
+    from mcp_listen.engine.barge import talks_over_the_echo
+
+    measures = deque(Explained(unexplained, -25.0, level, learnt=True) for unexplained, level in windows)
+    assert talks_over_the_echo(deque([0.9, 0.9]), measures, echo=True) is user

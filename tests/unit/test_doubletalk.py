@@ -191,3 +191,26 @@ def test_the_pre_roll_hands_aec3s_output_before_the_users_first_rise_and_the_lef
     assert pre_roll(recent, by_model=False) == [f"aec3{i}" for i in range(10)]
     assert pre_roll(recent, by_model=False, no_echo=True) == [f"left{i}" for i in range(10)]  # headphones
     assert pre_roll([(c, left, echo_alone) for c, left, _ in recent], by_model=True) == [f"left{i}" for i in range(10)]
+
+
+def test_a_clipped_microphone_teaches_the_model_nothing():
+    """Windows in which the microphone reached full scale (here: clipped noise unrelated to what played) leave
+    the learnt path as it was: right after them the model explains the echo as well as before (the filter
+    that learnt from them left -7 dB of it)."""
+    rng = np.random.default_rng(13)
+    played = rng.standard_normal(512 * 126) * 3000
+    echo = _room(played)
+
+    def heard(start: int, near: np.ndarray | None = None) -> float:
+        near = echo[start : start + 512].astype(np.int16) if near is None else near
+        return model.process(near, played[start : start + 512].astype(np.int16))[1].unexplained_db
+
+    model = EchoModel()
+    before = [heard(start) for start in range(0, 512 * 100, 512)][-6:]
+    clipped = np.where(rng.standard_normal(512) > 0, 32767, -32768).astype(np.int16)
+    assert doubletalk.saturated(clipped)
+    for start in range(512 * 100, 512 * 120, 512):
+        heard(start, clipped)
+    after = [heard(start) for start in range(512 * 120, 512 * 126, 512)]
+    assert max(before) < -30 and max(after) < -30, (before, after)
+    assert model.resets == 0
