@@ -281,14 +281,15 @@ def run_condition(condition: dict[str, Any], parts_: dict[str, Any], opts: Any, 
 
 
 def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, parts_: dict, option: str) -> dict:
-    onset_s = (user_at + first_loud(clip["samples"])) / RATE
-    early = result["barged"] and result["stopped_s"] < onset_s  # the agent's own voice stopped it first
-    after = round((result["stopped_s"] - onset_s) * 1000, 1) if result["barged"] and not early else None
+    onset_s, stopped = (user_at + first_loud(clip["samples"])) / RATE, result["stopped_s"]
+    early = result["barged"] and stopped - INPUT_LATENCY_S < user_at / RATE  # on windows before the recording began
+    lead_in = result["barged"] and not early and stopped < onset_s  # its breath, before the first sample over -40 dBFS
+    after = round((stopped - onset_s) * 1000, 1) if result["barged"] and not (early or lead_in) else None
     handed = _until_silence(result["handed"], result["stopped_s"], clip, user_at)
     said = parts_["whisper"].words(handed) if result["barged"] else ""
     ref_errors, ref_words = errors(clip["text"], said)
     floor = parts_["floor"]["double_talk" if option == "product" else "strict"]  # the rule that decides
-    return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early,
+    return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "in_lead_in": lead_in,
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
         "reaction_floor_ms": floor[clip["id"]], "heard": said, "errors": ref_errors,
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
@@ -330,6 +331,7 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
     s = {"false_barge_ins": sum(r["barged"] for r in alone), "runs_alone": len(alone),
          "barge_ins_detected": sum(r["barged"] and not r["before_the_user"] for r in cut),
          "stopped_before_the_user": sum(r["before_the_user"] for r in cut), "runs_user": len(cut),
+         "caught_in_lead_in": sum(r.get("in_lead_in", False) for r in cut),
          "reaction_ms": reaction, "reaction_floor_ms": floor,
          "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
          "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
@@ -359,7 +361,7 @@ def print_table(report: dict[str, Any]) -> None:
             r, f = s["reaction_ms"], s["reaction_floor_ms"]
             missed = [k for k, v in s["targets"].items() if v.get("ok") is False]
             print(f"{option} | {name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
-                  f"{s['barge_ins_detected']} of {s['runs_user']} | {r.get('median')} / {r.get('p90')} ({f.get('median')}) | "
+                  f"{s['barge_ins_detected']} of {s['runs_user']} ({s.get('caught_in_lead_in', 0)} in the lead-in) | {r.get('median')} / {r.get('p90')} ({f.get('median')}) | "
                   f"{s['wer_pct']} / {s['wer_alone_pct']} | {s['erle_db'].get('median')} | "
                   f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}")  # fmt: skip
 
