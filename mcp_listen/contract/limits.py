@@ -71,7 +71,7 @@ MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 BARGE_IN_BY_DEFAULT = True
 """Whether converse and speak_text (with wait true) let the user talk over the speech when the call does not
 say (MCP_LISTEN_BARGE_IN sets it for a user). On: in bench/barge.py's four rooms the agent's own voice
-stopped none of 80 turns and every user was caught, and bench/barge_live.py passed every run. Without the
+stopped none of 160 turns and every user was caught, and bench/barge_live.py passed every run. Without the
 echo canceller, or a microphone beside the speaker, the call falls back to speaking without listening and
 says so in its `warning`."""
 DEVICE_KINDS = ("input", "output", "all")

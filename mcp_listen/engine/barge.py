@@ -81,8 +81,8 @@ CLEAR_RISE_DB = 15.0
 CLEAR_LEVEL_DB = -10.0
 """A rise of CLEAR_RISE_DB needs the leftover only this loud: where the echo and its reverberation are louder
 than the user (the bench's 120 ms 0 dB room), the user's first syllables stay under LEVEL_DB for 100-300 ms
-though the model can explain none of them, and the user was caught 100 ms after Silero heard them
-(bench/barge.py, 40 turns a room: reaction p90 807 -> 651 ms, no false stop, none missed). Only where every
+though the model can explain none of them (bench/barge.py's turns traced, 40 a room, with `adds_sound`'s
+1 dB margin: the 120 ms room's reaction p90 807 -> 651 ms, no false stop, no user missed). Only where every
 window left less than the microphone heard: a leftover a fraction of a dB over it is a user far louder than
 the echo, or a prediction gone wrong (tests/fixtures/echo/crept.wav), and only the user is then loud too."""
 STRICT_WINDOWS = 8
