@@ -234,9 +234,10 @@ class EchoModel:
             energies += block_energies
         near_e, left_e, far_e = (float(e) for e in energies)
         explained = self._measure(near_e, left_e, far_e)
-        self._guard(near_e, left_e, far_e, saturated(near))
+        clipped = saturated(near)
+        self._guard(near_e, left_e, far_e, clipped)
         left = np.concatenate(out)
-        if saturated(near):  # clipped: by the echo itself?
+        if clipped:  # by the echo itself?
             predicted = near.astype(np.float64) - left
             explained = replace(explained, clipped=float(np.max(np.abs(predicted))) > CLIPPING_ECHO)
         return np.clip(np.rint(left), -32768, 32767).astype(np.int16), explained
