@@ -307,12 +307,13 @@ class Listener:
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
         """Say once per pause when smart holds the turn past silence_ms, and when speech ends the hold
-        (the CLI shows it live)."""
+        (the CLI shows it live). Also when the words' judgement came in only as max_pause_ms ran out (a busy
+        machine: the model still loading), in the window that ends the turn: it was held mid-sentence."""
         message = None
         if endpointer.silence_ms <= 0:
             message = RESUMED_MESSAGE if self._held else None
             self._held = False
-        elif not self._held and reason is None and self.ending.holding(endpointer.silence_ms):
+        elif not self._held and reason in (None, "silence") and self.ending.holding(endpointer.silence_ms):
             self._held, message = True, HOLDING_MESSAGE
         if message is not None and self.progress:
             self.progress(self.elapsed_ms, self.plan.max_ms, message)

@@ -309,6 +309,48 @@ def test_the_holding_message_comes_once_per_held_pause_and_only_after_silence_ms
     assert HOLDING_MESSAGE not in [m for _, m in seen]
 
 
+class Late(Guessing):
+    """A worker whose guess comes in only after `late` asks (a busy machine: the model still loading)."""
+
+    def __init__(self, words, late) -> None:
+        super().__init__(words)
+        self.late = late
+
+    def words_at_pause(self, key):
+        self.asked.append(key)
+        return self.words if len(self.asked) > self.late else None
+
+
+def late_verdict(late: int) -> list[str]:
+    """The progress messages of a smart turn whose words are judged unfinished only after `late` asks."""
+    seen: list[str] = []
+    plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart",
+                max_pause_ms=3000)  # fmt: skip
+    progress = lambda done, total, message: seen.append(message)  # noqa: E731
+    vad = ScriptedVAD(script((QUIET, 40), (SPEECH, 62)))
+    listener = Listener(plan, progress, None, Late("So I was thinking of", late), vad=vad, voice=Voice())
+    reason, windows = None, []
+    while reason is None:
+        windows.append(np.full(WINDOW, listener.windows, dtype=np.int16))
+        reason = listener.on_window(windows[-1])
+    assert listener.finished(Recording(np.concatenate(windows), reason)).end_reason == "max_pause"
+    return seen
+
+
+def test_an_unfinished_verdict_that_comes_in_late_is_still_said_before_the_turn_ends():
+    """However late the words are judged (up to the very window max_pause_ms runs out in), the holding
+    message comes once, before "Recording finished", whenever the words decided; never when they did not."""
+    by_words = 0
+    for late in range(70, 100):
+        seen = late_verdict(late)
+        finished = next(m for m in seen if m.startswith("Recording finished"))
+        decided = finished.endswith("max_pause by words)")
+        by_words += decided
+        assert seen.count(HOLDING_MESSAGE) == decided, (late, seen)
+        assert not decided or seen.index(HOLDING_MESSAGE) < seen.index(finished), (late, seen)
+    assert 0 < by_words < 30, by_words  # some verdicts came in time, some too late
+
+
 def test_speech_after_a_held_pause_says_so_and_the_next_pause_is_held_again():
     seen: list[str] = []
     plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
