@@ -35,9 +35,8 @@ MAX_LAG_S = 0.5
 ALIGN_SAMPLES = SAMPLE_RATE
 """Reference and microphone samples correlated to measure the delay: a second of played speech."""
 GAP_MARGIN_S = 0.02
-"""A block handed to the device later than the speech before it ends is taken to follow a gap this much
-shorter than it seems: the reference may lead the echo by a little more, never trail it. Without the gap
-the reference ran ahead of the echo by the whole of it: on the test rig, when the first sentence took
+"""A block handed to the device after it ran dry is taken to follow a gap this much shorter than it seems:
+the reference may lead the echo by a little more, never trail it. Without the gap the reference ran ahead of the echo by the whole of it: on the test rig, when the first sentence took
 a second to render, the reference was silent while the echo spoke, the delay was never measured, and
 the user was never heard (tests/fixtures/echo)."""
 EARLIEST_SHARE = 0.7
@@ -82,13 +81,22 @@ class FarEnd:
         """The speech so far at 16 kHz, in a buffer that doubles when full; `_length` of it are filled."""
         self._length = 0
         self.started_at: float | None = None
+        self.gaps = 0
+        """How often the device ran dry and played again: each time the sound server buffers afresh, and the
+        echo's delay may have moved (engine/barge.py measures it again)."""
 
-    def played(self, block: Any, at: float) -> None:
+    def played(self, block: Any, at: float, ran_dry: bool) -> None:
         """`block` (int16 at the voice's rate) was handed to the device at `at` (time.monotonic()).
 
-        A block handed over later than the speech so far would end had the device play nothing
-        before it (it ran dry while Piper rendered the next sentence): it is heard from `at` on, as
-        the first block was, and the gap is silence in the reference too."""
+        A block the device ran dry before (it said so: Piper rendered the next sentence slower than the
+        last was spoken) is heard from `at` on, as the first block was, and the gap is silence in the
+        reference too. Any other block follows the one before back to back, however late it was handed
+        over: the device's buffer (audio/speaker.py LATENCY_S) played on meanwhile. Judged by the clock
+        alone, a writer thread a busy machine kept waiting 2-15 ms once the buffer had run low (no
+        underflow) put gaps into the reference that the echo never had: it then trailed the echo by
+        their sum, the delay was measured 17 ms long, the echo model never learnt the path, and the
+        rule on AEC3 alone decided for the rest of the turn (the agent's own voice stopped it in 2
+        of 6 first turns of a fresh server on two busy cores)."""
         import numpy as np
 
         if self._resampler is None:
@@ -99,7 +107,9 @@ class FarEnd:
         with self._lock:
             if self.started_at is None:
                 self.started_at = at
-            begin = max(self._length, round((at - self.started_at - GAP_MARGIN_S) * SAMPLE_RATE))
+            gap_until = round((at - self.started_at - GAP_MARGIN_S) * SAMPLE_RATE) if ran_dry else 0
+            begin = max(self._length, gap_until)
+            self.gaps += begin > self._length
             end = begin + len(resampled)
             if self._samples is None or end > len(self._samples):
                 grown = np.zeros(
@@ -108,6 +118,9 @@ class FarEnd:
                 if self._samples is not None:
                     grown[: self._length] = self._samples[: self._length]
                 self._samples = grown
+            if begin > self._length:
+                import logging as _l
+                _l.getLogger("dbg").debug("GAP %.1f ms at %.3f", (begin - self._length) / 16, at - self.started_at)
             self._samples[self._length : begin] = 0  # the gap (or what a cut left there) is silence
             self._samples[begin:end] = resampled
             self._length = end

@@ -117,9 +117,10 @@ class Speaker:
         self.underflows = 0
         """Writes during which the device ran dry (synthesis slower than speech: a gap was heard)."""
         self.error: BaseException | None = None
-        self.tap: Callable[[Any, float], None] | None = None
-        """Called in the writer thread with every block (at device_rate) and the time.monotonic() it was
-        handed to the device: barge-in's echo reference (audio/echo.py). Set before the first feed."""
+        self.tap: Callable[[Any, float, bool], None] | None = None
+        """Called in the writer thread with every block (at device_rate), the time.monotonic() it was handed
+        to the device, and whether the device had run dry before it (a gap was heard): barge-in's echo
+        reference (audio/echo.py). Set before the first feed."""
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -247,10 +248,11 @@ class Speaker:
                 if self._stopping():
                     return
                 piece = samples[start : start + block]
+                handed_at = time.monotonic()
+                ran_dry = self._write(stream, piece) and self._frames > 0
+                self.underflows += ran_dry
                 if self.tap is not None:
-                    self.tap(piece, time.monotonic())
-                if self._write(stream, piece) and self._frames:
-                    self.underflows += 1
+                    self.tap(piece, handed_at, ran_dry)
                 if self.first_audio_at is None:
                     self.first_audio_at = time.monotonic()
                     self.first_audio.set()

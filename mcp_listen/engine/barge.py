@@ -145,6 +145,8 @@ class BargeIn(SpeechFirst):
         """The window from which the reference is aligned with the echo (None until then)."""
         self.realigned = 0
         """How often the delay was measured again (the echo model stayed unlearnt, or ran away)."""
+        self._gaps = 0
+        """The speaker's gaps (FarEnd.gaps) already followed."""
         self.barged_at: float | None = None
         """time.monotonic() when the user's speech stopped the agent's; None when it played out."""
         playback.on_open = self._tap
@@ -231,6 +233,9 @@ class BargeIn(SpeechFirst):
         if far is None:
             return window, window, None
         heard_from = self._anchor + (count - 1) * WINDOW_S - input_latency_s
+        if far.gaps != self._gaps:
+            self._gaps = far.gaps
+            self._after_a_gap()
         reference = far.reference(heard_from, self.aligner.lead_s)
         if self.aligner.add(window, reference) or self._measured_again(window, heard_from, far):
             self._canceller.reset()
@@ -244,6 +249,18 @@ class BargeIn(SpeechFirst):
         left, explained = self._echo.process(window, reference)
         self._watch(explained, reference)
         return self._canceller.clean(window, reference), left, explained
+
+    def _after_a_gap(self) -> None:
+        """The speaker ran dry (Piper rendered slower than it spoke, on a busy machine) and plays again: the
+        sound server buffered afresh, and the echo now lags the reference by another delay (30-40 ms more
+        on the test rig). A delay still being measured starts again on sound after the gap (a second that
+        straddles it holds two delays: once none was found, and the agent's own voice, taken for a room
+        without echo, stopped it); one measured is measured again beside it, as after a runaway."""
+        if not self.aligner.done:
+            self.aligner = Aligner()
+        elif self._again is None:
+            log.info("the speaker ran dry: measuring the echo's delay again")
+            self._again = Aligner()
 
     def _measured_again(self, window: Any, heard_from: float, far: FarEnd) -> bool:
         """Feed the delay being measured again (its own search reference: the canceller and the model keep
