@@ -36,9 +36,10 @@ ALIGN_SAMPLES = SAMPLE_RATE
 """Reference and microphone samples correlated to measure the delay: a second of played speech."""
 GAP_MARGIN_S = 0.02
 """A block handed to the device after it ran dry is taken to follow a gap this much shorter than it seems:
-the reference may lead the echo by a little more, never trail it. Without the gap the reference ran ahead of the echo by the whole of it: on the test rig, when the first sentence took
-a second to render, the reference was silent while the echo spoke, the delay was never measured, and
-the user was never heard (tests/fixtures/echo)."""
+the reference may lead the echo by a little more, never trail it. Without the gap the reference ran ahead
+of the echo by the whole of it: on the test rig, when the first sentence took a second to render, the
+reference was silent while the echo spoke, the delay was never measured, and the user was never heard
+(tests/fixtures/echo)."""
 EARLIEST_SHARE = 0.7
 """The echo's lag is the earliest lag whose correlation reaches this share of the peak, within EARLIEST_S
 before it: in a reverberant room a reflection's cluster can correlate better than the direct path, and a
