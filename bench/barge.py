@@ -136,7 +136,9 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[st
                 heard_at = begin + start_s + k * BLOCK_S
                 if heard_at - SPEAKER_BUFFER_S > heard_until:
                     break
-                state.tap(far22[k * block : (k + 1) * block], heard_at if k == 0 else heard_at - SPEAKER_BUFFER_S, False)
+                state.tap(
+                    far22[k * block : (k + 1) * block], heard_at if k == 0 else heard_at - SPEAKER_BUFFER_S, False
+                )
                 state.blocks += 1
             if state.stopped_at is None and not playback.ended.is_set() and heard_until >= begin + end_s:
                 playback.played = SimpleNamespace(ended_at=begin + end_s)
