@@ -319,6 +319,34 @@ def test_speech_the_echo_model_explains_does_not_stop_the_speech_and_the_user_it
     assert playback.stopped and heard == list(range(cut_at - barge.PRE_ROLL_WINDOWS + 1, end + 5))
 
 
+class Silences(KeepsNear):
+    """A canceller that takes everything out."""
+
+    def clean(self, near: Any, far: Any) -> Any:
+        super().clean(near, far)
+        return near * 0
+
+
+def test_after_a_speech_nobody_cut_into_the_answer_is_the_microphone_itself_not_the_canceller_s_output(monkeypatch):
+    """Played out: the echo's windows are dropped, then every window is the microphone's own, as in the
+    half-duplex turn (nothing is left to cancel, and the canceller would still change the voice)."""
+    import mcp_listen.engine.barge as barge
+
+    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(10**6))
+    end = 40
+    playback = FakePlayback()
+
+    def during(i: int) -> None:
+        if i == 0:
+            _speaking_for(playback, 0.0)
+        if i == end:
+            playback.end(time.monotonic() - 1.0)
+
+    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), Silences(), ModelledEcho())  # type: ignore[arg-type]
+    heard = [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
+    assert heard == list(range(end, end + 5)) and not playback.stopped
+
+
 def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_on_aec3_alone_decides(monkeypatch):
     """The model is unlearnt, or runs away once learnt and the delay is measured again: speech AEC3 leaves
     that the double-talk rule would take (ONSET_WINDOWS long) stops nothing, a stretch past STRICT_WINDOWS
