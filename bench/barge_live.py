@@ -2,6 +2,7 @@
 server, the sound server and the agent's voice at full level in the microphone (tests/speaker_rig.py).
 
     python bench/barge_live.py [--runs 20] [--json OUT] [--model PATH]
+    python bench/barge_live.py --first-turns [--busy 2] [--runs 20]
 
 One server for the whole series (a user's session), barge-in on by MCP_LISTEN_BARGE_IN. Each run is the
 user cutting in (passes when the speech stopped after the user began, "lighthouse" is in the transcript
@@ -10,6 +11,12 @@ nobody else spoke). Reaction: the user's first sample above -40 dBFS in the sink
 Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines saying
 the echo model diverged or ran away (AEC3 alone reports none). CPU: the server's over the agent-alone call.
 Lead-in: a cut-in transcript's words before the clip's first ones (the agent's, or the user's damaged).
+
+--first-turns: each run is a fresh server's first barge-in turn, speak_text's (tests/e2e/test_barge_in.py),
+where the echo's delay is measured while nothing about the path is known yet; --busy N keeps N programs
+spinning a core each meanwhile (rig.busy_cpus) (a loaded machine: Piper renders late and the device runs dry, the writer thread waits).
+It reports how many runs stopped before the user spoke (a negative return), how many never heard them, and
+how long after the user's clip began to play the call returned.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stats
-from rig import RATE, ROOT, TEST_MODEL, Rig, audio_assets, proc_stats
+from rig import RATE, ROOT, TEST_MODEL, Rig, audio_assets, busy_cpus, proc_stats
 from rpc import wire
 from speaker_rig import agent_alone, agent_words_in, loud, speaking_env, user_cuts_in
 from speech_checks import heard_lighthouse, speech_clip, wer
@@ -98,6 +105,31 @@ def series(opts: Any, workdir: Path, rig: Rig) -> dict[str, list]:
     return rows
 
 
+def first_turns(opts: Any, workdir: Path, rig: Rig) -> dict[str, list]:
+    """A fresh server per run: "Hello." (the voice loaded), then speak_text's cut-in case."""
+    rows: list[dict[str, Any]] = []
+    for i in range(opts.runs):
+        env = speaking_env(rig.mic.env, workdir, ROOT / "tests" / "assets" / "voices")
+        with wire(env, stderr_path=workdir / f"server{i}.log") as w:
+            w.call("speak_text", {"text": "Hello."}, timeout=60)
+            reply, started = user_cuts_in(w, rig.mic, "speak_text", {"barge_in": True})
+            returned_s = round(w.arrived[reply["id"]] - started, 2)
+        data = reply["result"].get("structuredContent") or {}
+        row = {"stopped": bool(data.get("interrupted")), "returned_s": returned_s, **failure(reply["result"])}
+        row.update(early=row["stopped"] and returned_s < 0, played_ms=data.get("duration_ms"))
+        row["passed"] = row["stopped"] and not row["early"] and "error" not in row
+        rows.append(row)
+        print(f"run {i + 1}: {'pass' if row['passed'] else 'FAIL'} {row}", flush=True)
+    return {"first_turn": rows}
+
+
+def summarise_first_turns(rows: dict[str, list]) -> dict[str, Any]:
+    runs = rows["first_turn"]
+    caught = [r["returned_s"] for r in runs if r["passed"]]
+    return {"first_turn": {"runs": len(runs), "passed": len(caught), "early": sum(r["early"] for r in runs),
+                           "missed": sum(not r["stopped"] for r in runs), "returned_s": summary(caught)}}  # fmt: skip
+
+
 def summarise(rows: dict[str, list]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for case, runs in rows.items():
@@ -114,6 +146,10 @@ def summarise(rows: dict[str, list]) -> dict[str, Any]:
 
 def show(report: dict[str, Any]) -> None:
     for case, s in report["summary"].items():
+        if case == "first_turn":
+            print(f"{s['passed']}/{s['runs']} passed: {s['early']} stopped before the user, {s['missed']} never "
+                  f"heard them; returned after the user began {s['returned_s']} s")  # fmt: skip
+            continue
         reaction = s.get("reaction_ms", {}).get("median")
         print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} diverged, reaction median {reaction} ms")
     print(f"server log: {report['log']}")
@@ -121,20 +157,26 @@ def show(report: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     opts = stats.cli(__doc__, argv, ("--runs", 20, "runs of each case, in a row"),
-                     ("--json", ROOT / "bench" / "results-barge-live.json", "the report"),
-                     ("--model", TEST_MODEL, "the whisper model"))  # fmt: skip
-    run = stats.Run("pywebrtc-audio", "piper-tts", runs=opts.runs, model=opts.model.name)
+                     ("--json", None, "the report (bench/results-barge-live.json, or -first-turns.json)"),
+                     ("--model", TEST_MODEL, "the whisper model"),
+                     ("--first-turns", False, "each run a fresh server's first speak_text cut-in"),
+                     ("--busy", 0, "processes kept spinning meanwhile"))  # fmt: skip
+    run = stats.Run("pywebrtc-audio", "piper-tts", runs=opts.runs, model=opts.model.name, busy=opts.busy)
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-barge-live-"))
     rig = Rig(opts.model.parent, workdir)
     rig.start_monitor()  # before the first cut-in: the user's clip is found on its clock
     try:
-        rows = series(opts, workdir, rig)
+        with busy_cpus(opts.busy):
+            rows = first_turns(opts, workdir, rig) if opts.first_turns else series(opts, workdir, rig)
     finally:
         rig.close()
-    report = {**run.end(), "log": str(workdir / "server.log"), "summary": summarise(rows), "runs": rows}
+    summarised = summarise_first_turns(rows) if opts.first_turns else summarise(rows)
+    log = workdir if opts.first_turns else workdir / "server.log"
+    report = {**run.end(), "log": str(log), "summary": summarised, "runs": rows}
     if all(row["passed"] for case in rows.values() for row in case):  # else the server's log stays, to read
         shutil.rmtree(workdir, ignore_errors=True)
-    stats.save_report(report, opts.json, show)
+    name = "results-barge-first-turns.json" if opts.first_turns else "results-barge-live.json"
+    stats.save_report(report, opts.json or ROOT / "bench" / name, show)
     return 0
 
 
