@@ -306,9 +306,8 @@ class Listener:
         return self.ending.silence_for(verdict)
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
-        """Say once per pause when smart holds the turn past silence_ms, and when speech ends the hold
-        (the CLI shows it live). Also when the words' judgement came in only as max_pause_ms ran out (a busy
-        machine: the model still loading), in the window that ends the turn: it was held mid-sentence."""
+        """Say once per pause when smart holds the turn past silence_ms (also in the window that ends it, when
+        the words were judged only then: a busy machine), and when speech ends the hold (the CLI shows it)."""
         message = None
         if endpointer.silence_ms <= 0:
             message = RESUMED_MESSAGE if self._held else None
