@@ -119,10 +119,6 @@ class FarEnd:
                 if self._samples is not None:
                     grown[: self._length] = self._samples[: self._length]
                 self._samples = grown
-            if begin > self._length:
-                import logging as _l
-
-                _l.getLogger("dbg").debug("GAP %.1f ms at %.3f", (begin - self._length) / 16, at - self.started_at)
             self._samples[self._length : begin] = 0  # the gap (or what a cut left there) is silence
             self._samples[begin:end] = resampled
             self._length = end
