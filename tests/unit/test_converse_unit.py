@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -177,6 +178,18 @@ def _speaking_for(playback: FakePlayback, seconds: float) -> Any:
     return speaker
 
 
+def _speaks_until(playback: FakePlayback, end: int) -> Callable[[int], None]:
+    """The windows' hook: the speaker opens at window 0, and the speech ends (a second ago) at window `end`."""
+
+    def at(i: int) -> None:
+        if i == 0:
+            _speaking_for(playback, 0.0)
+        if i == end:
+            playback.end(time.monotonic() - 1.0)
+
+    return at
+
+
 def _settled_window() -> int:
     """The first window from which a barge-in counts when every reference holds sound: a second's worth
     to measure the delay, then SETTLE_S."""
@@ -223,12 +236,7 @@ def test_a_short_sound_while_speaking_or_a_long_one_in_the_first_moments_does_no
     blips = set(range(settled + 5, settled + 5 + short)) | set(range(settled + 20, settled + 20 + short))
     end = settled + 40
 
-    def during(i: int) -> None:
-        if i == 0:
-            _speaking_for(playback, 0.0)
-        if i == end:
-            playback.end(time.monotonic() - 1.0)
-
+    during = _speaks_until(playback, end)
     turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(early | blips), KeepsNear())  # type: ignore[arg-type]
     heard = [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
     assert not playback.stopped and turn.cut_in_after_s is None
@@ -296,25 +304,16 @@ def test_speech_the_echo_model_explains_does_not_stop_the_speech_and_the_user_it
     end = settled + 60
     speech = set(range(end + 5))
 
-    def during(playback: FakePlayback) -> Any:
-        def at(i: int) -> None:
-            if i == 0:
-                _speaking_for(playback, 0.0)
-            if i == end:
-                playback.end(time.monotonic() - 1.0)
-
-        return at
-
     playback = FakePlayback()
     echo_only = _turn_with_echo(playback, speech, ModelledEcho(set(range(10, 20))), settled)
-    heard = [int(w[0]) for w in echo_only.windows(Windows(end + 5, during(playback)), lambda: None)]
+    heard = [int(w[0]) for w in echo_only.windows(Windows(end + 5, _speaks_until(playback, end)), lambda: None)]
     assert not playback.stopped and echo_only.cut_in_after_s is None and echo_only.realigned == 0
     assert heard == list(range(end, end + 5))
 
     playback = FakePlayback()
     user = set(range(settled + 30, settled + 40))
     user_talks = _turn_with_echo(playback, speech, ModelledEcho(user), settled)
-    heard = [int(w[0]) for w in user_talks.windows(Windows(end + 5, during(playback)), lambda: None)]
+    heard = [int(w[0]) for w in user_talks.windows(Windows(end + 5, _speaks_until(playback, end)), lambda: None)]
     cut_at = settled + 30  # the first window the model cannot explain lifts the average rise over the bar
     assert playback.stopped and heard == list(range(cut_at - barge.PRE_ROLL_WINDOWS + 1, end + 5))
 
@@ -336,12 +335,7 @@ def test_after_a_speech_nobody_cut_into_the_answer_is_the_microphone_itself_not_
     end = 40
     playback = FakePlayback()
 
-    def during(i: int) -> None:
-        if i == 0:
-            _speaking_for(playback, 0.0)
-        if i == end:
-            playback.end(time.monotonic() - 1.0)
-
+    during = _speaks_until(playback, end)
     turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), Silences(), ModelledEcho())  # type: ignore[arg-type]
     heard = [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
     assert heard == list(range(end, end + 5)) and not playback.stopped
@@ -362,12 +356,7 @@ def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_
     def run(speech: set[int], model: ModelledEcho) -> tuple[FakePlayback, Any, list[int]]:
         playback = FakePlayback()
 
-        def during(i: int) -> None:
-            if i == 0:
-                _speaking_for(playback, 0.0)
-            if i == end:
-                playback.end(time.monotonic() - 1.0)
-
+        during = _speaks_until(playback, end)
         turn = _turn_with_echo(playback, speech, model, 32)
         return playback, turn, [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
 
