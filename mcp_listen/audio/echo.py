@@ -16,9 +16,11 @@ ALIGNED_LEAD_S ahead of the echo.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
+from mcp_listen.audio.levels import level_db
 from mcp_listen.config.libraries import installed
 from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
 
@@ -51,8 +53,16 @@ EARLIEST_S = 0.03
 """How far before the peak the direct path is looked for: the reflections the bench found stronger than
 it came 20-24 ms after it."""
 MIN_CORRELATION = 0.3
-"""The normalised cross-correlation peak below which no echo is taken to be there (headphones): the
-search lead is kept."""
+"""The normalised cross-correlation peak below which no echo is found in a second (headphones, if the
+microphone was quiet meanwhile: QUIET_DB): the search lead is kept."""
+QUIET_DB = -45.0
+"""The microphone's level over the measured second (dBFS) under which a second with no echo found is taken
+for headphones (a room's noise floor lies at -60 to -50; the rig's headphones case at digital silence).
+A louder second is no proof of headphones: it may hold the agent's own voice with its echo past the search
+(a sound server that started playing late, or buffered afresh mid-second with no underflow reported), or
+the user. Taken for headphones, such a room had speech as loud as usual count as the user, the agent's
+voice among it, which then stopped itself at once; so the delay is measured again on the next second, and
+until it is found (or a quiet second shows there is no echo) nothing stops the speech."""
 ECHO_UNAVAILABLE = (
     "Barge-in needs the echo canceller (pywebrtc-audio, part of the speak extra), which is not installed: "
     "this turn listened after the speech instead. Install it: pip install 'mcp-listen[speak]'."
@@ -63,6 +73,8 @@ ECHO_UNAVAILABLE_SPEAK = (
     "barge_in needs the echo canceller (pywebrtc-audio, part of the speak extra), which is not installed: the "
     "speech played without listening. Install it: pip install 'mcp-listen[speak]'."
 )
+
+log = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -147,7 +159,8 @@ class FarEnd:
 
 class Aligner:
     """The lead to take the reference with: SEARCH_LEAD_S until a second of played speech and what the
-    microphone heard meanwhile show how far the echo lags it, then just enough to lead the echo."""
+    microphone heard meanwhile show how far the echo lags it, then just enough to lead the echo. A second
+    with no echo found ends the search only when the microphone was quiet in it (QUIET_DB): headphones."""
 
     def __init__(self) -> None:
         self.lead_s = SEARCH_LEAD_S
@@ -157,6 +170,8 @@ class Aligner:
         self._far: list[Any] = []
         self._collected = 0
         self.done = False
+        self.heard_db: float | None = None
+        """The microphone's level over the last second measured."""
 
     def add(self, near: Any, far: Any) -> bool:
         """One window and the reference it was cleaned with; True when the lead just changed (the
@@ -168,9 +183,14 @@ class Aligner:
         self._far.append(far)
         self._collected += len(far)
         if self._collected >= ALIGN_SAMPLES:
+            near = _joined(self._near)
+            lag = echo_lag_s(near, _joined(self._far))
+            self._near, self._far, self._collected = [], [], 0
+            self.heard_db = level_db(near)
+            if lag is None and self.heard_db > QUIET_DB:
+                log.info("no echo of the speech found, the microphone at %.0f dBFS: measuring again", self.heard_db)
+                return False
             self.done = True
-            lag = echo_lag_s(_joined(self._near), _joined(self._far))
-            self._near, self._far = [], []
             if lag is not None:
                 self.measured_lag_s = lag
                 self.lead_s = SEARCH_LEAD_S + ALIGNED_LEAD_S - lag  # negative: the echo comes later than estimated

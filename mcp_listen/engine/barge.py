@@ -13,7 +13,8 @@ guard found it run away, the stricter rule on AEC3 alone decides: Silero on AEC3
 STRICT_PROBABILITY over STRICT_WINDOWS, SETTLE_S after the echo's delay was measured. A model that stays
 unlearnt for RELEARN_S, or that ran away once learnt, has the delay measured again beside the one in use
 (the echo moved: a sound server's hiccup). Nothing counts before the delay is measured (the first second
-of speech); when that search finds no echo (headphones), speech as loud as usual suffices. Then the speech
+of speech, or more while the microphone hears sound with no echo of it in); when that search finds no echo
+in a quiet second (headphones), speech as loud as usual suffices. Then the speech
 stops, and the last PRE_ROLL_WINDOWS windows go to the listener first: nothing the user said is lost. What
 the listener hears is the microphone less the predicted echo while the model decides (the user's voice
 whole: AEC3's suppressor damps it while the agent still talks), AEC3's output otherwise. A speech played
@@ -247,6 +248,7 @@ class BargeIn(SpeechFirst):
             log.info("the echo's delay measured: the reference now leads it by %.0f ms", ALIGNED_LEAD_S * 1000)
         if self.aligned_window is None and self.aligner.done:
             self.aligned_window = count
+            log.info("no echo, the microphone quiet (%.0f dBFS): taken for headphones", self.aligner.heard_db)
         self._heard.append((window, heard_from))
         left, explained = self._echo.process(window, reference)
         self._watch(explained, reference)

@@ -397,6 +397,30 @@ def test_the_delay_of_an_echo_is_measured_and_the_reference_then_leads_it_just_e
     assert quiet.done and quiet.measured_lag_s is None and quiet.lead_s == SEARCH_LEAD_S
 
 
+def test_a_second_with_no_echo_found_is_taken_for_headphones_only_when_the_microphone_was_quiet():
+    """Sound the speech's echo cannot be found in (its delay past the search, or the user) is no proof of
+    headphones: the delay is measured again on the next second, and the echo is then found."""
+    import numpy as np
+
+    from mcp_listen.audio.echo import ALIGN_SAMPLES, QUIET_DB, Aligner
+    from mcp_listen.audio.levels import level_db
+
+    rng = np.random.default_rng(11)
+    played = (rng.standard_normal(4 * ALIGN_SAMPLES) * 3000).astype(np.int16)
+    unrelated = (rng.standard_normal(ALIGN_SAMPLES) * 3000).astype(np.int16)
+    assert level_db(unrelated) > QUIET_DB
+    lag = 800
+    echo = np.concatenate([np.zeros(lag, np.int16), played[:-lag]]) // 2
+    near = np.concatenate([unrelated, echo[ALIGN_SAMPLES:]])
+    aligner, changed = Aligner(), []
+    for start in range(0, ALIGN_SAMPLES, 512):
+        changed.append(aligner.add(near[start : start + 512], played[start : start + 512]))
+    assert not aligner.done and aligner.measured_lag_s is None and not any(changed)  # loud, no echo: not decided
+    for start in range(ALIGN_SAMPLES, 3 * ALIGN_SAMPLES, 512):
+        changed.append(aligner.add(near[start : start + 512], played[start : start + 512]))
+    assert aligner.done and aligner.measured_lag_s == lag / 16000 and changed.count(True) == 1
+
+
 def test_the_reference_is_what_was_played_when_the_window_was_heard_led_by_the_lead():
     import numpy as np
 
