@@ -10,7 +10,8 @@ LEVEL_DB, or CLEAR_LEVEL_DB after a rise of CLEAR_RISE_DB: not the faint tail of
 hear speech in it (ONSET_PROBABILITY on average; a session of this turn's own, apart from the listener's).
 That rule holds only while the model has learnt the path. Before (the first seconds) and whenever its
 guard found it run away, the stricter rule on AEC3 alone decides: Silero on AEC3's output averaging
-STRICT_PROBABILITY over STRICT_WINDOWS, SETTLE_S after the echo's delay was measured. A model that stays
+STRICT_PROBABILITY over STRICT_WINDOWS heard SETTLE_S after the echo's delay was measured and once AEC3 takes
+the echo CONVERGED_DB down. A model that stays
 unlearnt for RELEARN_S, or that ran away once learnt, has the delay measured again beside the one in use
 (the echo moved: a sound server's hiccup). Nothing counts before the delay is measured (the first second
 of speech, or more while the microphone hears sound with no echo of it in); when that search finds no echo
@@ -24,6 +25,7 @@ has died away are dropped."""
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_listen.audio.doubletalk import EchoModel, Explained
 from mcp_listen.audio.echo import ALIGNED_LEAD_S, Aligner, Canceller, FarEnd
+from mcp_listen.audio.levels import level_db
 from mcp_listen.engine.turn import STOP_WAIT_S, WINDOW_S, SpeechFirst
 
 if TYPE_CHECKING:
@@ -95,6 +98,19 @@ SETTLE_S = 1.0
 """Listening after the echo's delay was measured (audio/echo.py: Aligner, the first second of speech)
 before the rule on AEC3 alone counts: the fresh canceller's first estimate of the echo path. With 0.3 s
 the agent's own voice at full level stopped it now and then in its first second."""
+CONVERGED_DB = 10.0
+"""How far under the microphone AEC3's output must be (the median of the last CONVERGED_WINDOWS windows of
+loud played speech) before the rule on AEC3 alone counts, and from then on only on windows heard after it:
+SETTLE_S of time is no proof that AEC3 has learnt the path, and until it has, it leaves the agent's own voice,
+which Silero hears as speech. With time alone, and barge-in on by default, full test runs on a busy machine
+had the agent's own voice stop a short speech at double speed in 3 of 8 runs, each 2.0-2.6 s into it: about
+as SETTLE_S ran out, when the span's average could already hold windows heard before. Once AEC3 has learnt
+the path it takes the echo 16-43 dB down (bench/barge.py's ERLE, the agent alone: a median of 24-31 dB)."""
+CONVERGED_WINDOWS = 16
+"""The windows (0.5 s) of loud played speech AEC3's suppression is judged over."""
+LOUD_REFERENCE_DB = -45.0
+"""A window's reference (dBFS) from which it counts as loud played speech: not a pause between words, where the
+microphone holds only the room and AEC3 has nothing to take out."""
 RELEARN_S = 3.0
 """Speech heard with the echo model unlearnt, after the delay was measured, before the delay is measured
 again: taught the measured second, the model learns a path at once, so an echo it still cannot explain
@@ -148,6 +164,10 @@ class BargeIn(SpeechFirst):
         """How often the delay was measured again (the echo model stayed unlearnt, or ran away)."""
         self._gaps = 0
         """The speaker's gaps (FarEnd.gaps) already followed."""
+        self._suppression: deque[float] = deque(maxlen=CONVERGED_WINDOWS)
+        """AEC3's output against the microphone (dB) in the last windows of loud speech since the delay was measured."""
+        self._strict_from: int | None = None
+        """The first window the rule on AEC3 alone counts (AEC3 has learnt the path); None until then."""
         self.barged_at: float | None = None
         """time.monotonic() when the user's speech stopped the agent's; None when it played out."""
         playback.on_open = self._tap
@@ -177,8 +197,8 @@ class BargeIn(SpeechFirst):
             probabilities.append(self._vad.hear(left if by_model else clean)[0])
             measures.append(explained)
             if self._user_talks(probabilities, measures, by_model):
-                self._cut_in(on_listening)
                 no_echo = self.aligner.measured_lag_s is None
+                self._cut_in(on_listening, "the echo model" if by_model else "no echo" if no_echo else "AEC3 alone")
                 yield from pre_roll(list(recent), by_model, no_echo)
                 break
         for window in heard:
@@ -192,7 +212,8 @@ class BargeIn(SpeechFirst):
         if by_model or self.aligner.measured_lag_s is None:
             return talks_over_the_echo(probabilities, measures, echo=by_model)
         strict = list(probabilities)[-STRICT_WINDOWS:]
-        return self._settled() and len(strict) == STRICT_WINDOWS and sum(strict) >= STRICT_PROBABILITY * STRICT_WINDOWS
+        counts = self._strict_from is not None and self._count - self._strict_from >= STRICT_WINDOWS
+        return counts and len(strict) == STRICT_WINDOWS and sum(strict) >= STRICT_PROBABILITY * STRICT_WINDOWS
 
     def _after_the_speech(
         self, window: Any, heard: Iterator[Any], latency: float, on_listening: Callable[[], None]
@@ -242,6 +263,8 @@ class BargeIn(SpeechFirst):
         reference = far.reference(heard_from, self.aligner.lead_s)
         if self.aligner.add(window, reference) or self._measured_again(window, heard_from, far):
             self._canceller.reset()
+            self._suppression.clear()
+            self._strict_from = None
             self._teach_echo_model(far)
             self.aligned_window = count
             reference = far.reference(heard_from, self.aligner.lead_s)
@@ -252,7 +275,22 @@ class BargeIn(SpeechFirst):
         self._heard.append((window, heard_from))
         left, explained = self._echo.process(window, reference)
         self._watch(explained, reference)
-        return self._canceller.clean(window, reference), left, explained
+        clean = self._canceller.clean(window, reference)
+        self._follow_aec3(window, clean, reference)
+        return clean, left, explained
+
+    def _follow_aec3(self, window: Any, clean: Any, reference: Any) -> None:
+        """Whether AEC3 has learnt the echo path since the delay was measured: once it takes the echo of loud
+        speech CONVERGED_DB down and SETTLE_S has passed, the rule on AEC3 alone counts from the next window
+        on (until the delay is measured again)."""
+        aligned = self.aligned_window
+        if aligned is None or self._strict_from is not None:
+            return
+        if level_db(reference) > LOUD_REFERENCE_DB:
+            self._suppression.append(level_db(clean) - level_db(window))
+        learnt = len(self._suppression) == CONVERGED_WINDOWS and statistics.median(self._suppression) <= -CONVERGED_DB
+        if learnt and (self._count - aligned) * WINDOW_S >= SETTLE_S:
+            self._strict_from = self._count
 
     def _after_a_gap(self) -> None:
         """The speaker ran dry (Piper rendered slower than it spoke, on a busy machine) and plays again: the
@@ -310,17 +348,12 @@ class BargeIn(SpeechFirst):
             return None
         return self.barged_at - far.started_at
 
-    def _settled(self) -> bool:
-        """Whether AEC3 has had time to learn the echo path since the delay was measured."""
-        aligned = self.aligned_window
-        return aligned is not None and (self._count - aligned) * WINDOW_S >= SETTLE_S
-
-    def _cut_in(self, on_listening: Callable[[], None]) -> None:
+    def _cut_in(self, on_listening: Callable[[], None], rule: str) -> None:
         self.barged_at = time.monotonic()
         self.playback.stop(STOP_WAIT_S)
         if self._far is not None:
             self._far.cut(time.monotonic())
-        log.info("the user spoke over the speech: it stopped")
+        log.info("the user spoke over the speech %.2f s in (by %s): it stopped", self.cut_in_after_s or 0.0, rule)
         self.listening_after_s = None
         on_listening()
 

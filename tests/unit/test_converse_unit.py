@@ -168,22 +168,24 @@ class KeepsNear:
         self.resets += 1
 
 
-def _speaking_for(playback: FakePlayback, seconds: float) -> Any:
-    """The speaker opens: `playback.on_open` taps it, and its first block was played `seconds` ago."""
+def _speaking_for(playback: FakePlayback, seconds: float, level: int = 1) -> Any:
+    """The speaker opens: `playback.on_open` taps it, and its first block (every sample `level`) was played
+    `seconds` ago."""
     import numpy as np
 
     speaker = SimpleNamespace(device_rate=16000, tap=None)
     playback.on_open(speaker)  # type: ignore[attr-defined]
-    speaker.tap(np.ones(16000 * 5, dtype=np.int16), time.monotonic() - seconds, False)
+    speaker.tap(np.full(16000 * 5, level, dtype=np.int16), time.monotonic() - seconds, False)
     return speaker
 
 
-def _speaks_until(playback: FakePlayback, end: int) -> Callable[[int], None]:
-    """The windows' hook: the speaker opens at window 0, and the speech ends (a second ago) at window `end`."""
+def _speaks_until(playback: FakePlayback, end: int, level: int = 1) -> Callable[[int], None]:
+    """The windows' hook: the speaker opens at window 0 (its samples at `level`), and the speech ends (a second
+    ago) at window `end`."""
 
     def at(i: int) -> None:
         if i == 0:
-            _speaking_for(playback, 0.0)
+            _speaking_for(playback, 0.0, level)
         if i == end:
             playback.end(time.monotonic() - 1.0)
 
@@ -286,10 +288,34 @@ class FoundEcho:
         return False
 
 
-def _turn_with_echo(playback: FakePlayback, speech: set[int], model: ModelledEcho, windows: int) -> Any:
+LOUD = 3000
+"""Played samples loud enough to count as speech for AEC3's suppression (engine/barge.py LOUD_REFERENCE_DB)."""
+
+
+class TakesOutTheAgent(KeepsNear):
+    """A canceller that has learnt the path from the start: it keeps only every window's first sample (its
+    number; 27 dB down), but those numbered in `user` (the user talking over the agent, left whole)."""
+
+    def __init__(self, user: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        super().__init__()
+        self.user = user
+
+    def clean(self, near: Any, far: Any) -> Any:
+        super().clean(near, far)
+        if int(near[0]) in self.user:
+            return near
+        out = near.copy()
+        out[1:] = 0
+        return out
+
+
+def _turn_with_echo(
+    playback: FakePlayback, speech: set[int], model: ModelledEcho, windows: int, canceller: Any = None
+) -> Any:
     import mcp_listen.engine.barge as barge
 
-    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), KeepsNear(), model)  # type: ignore[arg-type]
+    canceller = canceller or KeepsNear()
+    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller, model)  # type: ignore[arg-type]
     turn.aligner = FoundEcho(windows)  # type: ignore[assignment]
     return turn
 
@@ -353,11 +379,11 @@ def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_
     settled = _settled_window()
     end = settled + 200
 
-    def run(speech: set[int], model: ModelledEcho) -> tuple[FakePlayback, Any, list[int]]:
+    def run(speech: set[int], model: ModelledEcho, canceller: Any = None) -> tuple[FakePlayback, Any, list[int]]:
         playback = FakePlayback()
 
-        during = _speaks_until(playback, end)
-        turn = _turn_with_echo(playback, speech, model, 32)
+        during = _speaks_until(playback, end, LOUD)
+        turn = _turn_with_echo(playback, speech, model, 32, canceller or TakesOutTheAgent(speech))
         return playback, turn, [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
 
     short = set(range(settled + 5, settled + 5 + barge.STRICT_WINDOWS - 2))
@@ -374,6 +400,40 @@ def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_
     assert playback.stopped and heard[-1] == end + 4
     cut_at = settled + 5 + math.ceil(barge.STRICT_PROBABILITY * barge.STRICT_WINDOWS) - 1
     assert heard[0] == cut_at - barge.PRE_ROLL_WINDOWS + 1
+
+    playback, turn, _ = run(long, ModelledEcho(long, learnt_from=10**6), KeepsNear())
+    assert not playback.stopped  # AEC3 never took the agent's voice out: its output proves nothing
+
+
+def test_the_rule_on_aec3_alone_counts_only_windows_heard_once_aec3_has_learnt_the_path(monkeypatch):
+    """Silero heard speech in AEC3's output from the delay's measurement on (the agent's own voice, before AEC3
+    learnt the path) up to well past SETTLE_S: the speech plays on. Speech that begins once AEC3 takes the echo
+    out stops it when the span of STRICT_WINDOWS after that point holds enough of it, not before."""
+    import math
+
+    import mcp_listen.engine.barge as barge
+
+    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(32))
+    settled = _settled_window()
+    end = settled + 200
+    unlearnt = ModelledEcho(learnt_from=10**6)
+
+    def run(speech: set[int], canceller: Any) -> tuple[FakePlayback, list[int]]:
+        playback = FakePlayback()
+        turn = _turn_with_echo(playback, speech, unlearnt, 32, canceller)
+        during = _speaks_until(playback, end, LOUD)
+        return playback, [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
+
+    agent_left = set(range(32, settled + 3))  # AEC3 left the agent's voice until just before SETTLE_S ran out
+    playback, _ = run(agent_left, TakesOutTheAgent(agent_left))
+    assert not playback.stopped
+
+    user = set(range(settled + 20, settled + 40))
+    playback, heard = run(user, TakesOutTheAgent(user))
+    assert playback.stopped
+    assert (
+        heard[0] == settled + 20 + math.ceil(barge.STRICT_PROBABILITY * barge.STRICT_WINDOWS) - barge.PRE_ROLL_WINDOWS
+    )
 
 
 def test_the_delay_of_an_echo_is_measured_and_the_reference_then_leads_it_just_enough():
