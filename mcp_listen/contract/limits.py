@@ -68,13 +68,13 @@ it sounds, ~2 ms per character here, so a 10,000-character word would be silence
 of babble. The longest words of any language are far shorter; a longer one is data to show, not say."""
 MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 """speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
-BARGE_IN_BY_DEFAULT = False
-"""Whether converse and speak_text (with wait true) let the user talk over the speech when the call does not say
-(MCP_LISTEN_BARGE_IN sets it for a user). Off: bench/barge.py's four rooms and bench/barge_live.py pass, but
-with it on the test suite's short speeches at speed 2 on a loaded machine were stopped by the agent's own
-voice in 2 of 7 full runs (a 2-2.6 s speech of a script the voice does not cover). Without the echo canceller,
-or a microphone beside the speaker, the call falls back to speaking without listening and says so in its
-`warning`."""
+BARGE_IN_BY_DEFAULT = True
+"""Whether converse and speak_text (with wait true) let the user talk over the speech when the call does not
+say (MCP_LISTEN_BARGE_IN sets it for a user). On: in bench/barge.py's four rooms the agent's own voice stopped
+none of 160 turns and every user was caught, bench/barge_live.py passed every run, live and with a fresh
+server's first turn on two busy cores, and full test runs with it on stopped no speech but the users' own
+(bench/README.md). Without the echo canceller, or a microphone beside the speaker, the call falls back to
+speaking without listening and says so in its `warning`."""
 DEVICE_KINDS = ("input", "output", "all")
 """What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""
 DEFAULT_DEVICE_KIND = "input"

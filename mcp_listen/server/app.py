@@ -47,7 +47,8 @@ INSTRUCTIONS = (
 SPEAKING_INSTRUCTIONS = (
     " It also has a voice: speak_text says something aloud, and converse says something and then hears the "
     "user's answer in one call (use it for each turn of a spoken conversation; keep what you say short). "
-    "stop_speaking silences a speech at once."
+    "By default the user can talk over you: the speech stops and converse returns what they said. stop_speaking "
+    "silences a speech at once."
 )
 """Added to INSTRUCTIONS where Piper is installed (the tools it names are listed only then)."""
 
