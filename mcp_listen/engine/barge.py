@@ -10,13 +10,13 @@ LEVEL_DB, or CLEAR_LEVEL_DB after a rise of CLEAR_RISE_DB: not the faint tail of
 hear speech in it (ONSET_PROBABILITY on average; a session of this turn's own, apart from the listener's).
 That rule holds only while the model has learnt the path. Before (the first seconds) and whenever its
 guard found it run away, the stricter rule on AEC3 alone decides: Silero on AEC3's output averaging
-STRICT_PROBABILITY over STRICT_WINDOWS heard SETTLE_S after the echo's delay was measured and once AEC3 takes
-the echo CONVERGED_DB down. A model that stays
-unlearnt for RELEARN_S, or that ran away once learnt, has the delay measured again beside the one in use
-(the echo moved: a sound server's hiccup). Nothing counts before the delay is measured (the first second
-of speech, or more while the microphone hears sound with no echo of it in); when that search finds no echo
-in a quiet second (headphones), speech as loud as usual suffices. Then the speech
-stops, and the last PRE_ROLL_WINDOWS windows go to the listener first: nothing the user said is lost. What
+STRICT_PROBABILITY over STRICT_WINDOWS, counting only windows heard once SETTLE_S has passed since the
+echo's delay was measured and AEC3 takes the echo CONVERGED_DB down. A model that stays unlearnt for
+RELEARN_S, or that ran away once learnt, has the delay measured again beside the one in use (the echo
+moved: a sound server's hiccup). Nothing counts before the delay is measured (the first second of speech,
+or more while the microphone hears sound with no echo of it in); when that search finds no echo in a quiet
+second (headphones), speech as loud as usual suffices. Then the speech stops, and the last
+PRE_ROLL_WINDOWS windows go to the listener first: nothing the user said is lost. What
 the listener hears is the microphone less the predicted echo while the model decides (the user's voice
 whole: AEC3's suppressor damps it while the agent still talks), AEC3's output otherwise. A speech played
 out with nobody cutting in ends as the half-duplex turn does (engine/turn.py): the windows until the echo
