@@ -288,10 +288,11 @@ class BargeIn(SpeechFirst):
             return
         if level_db(reference) > LOUD_REFERENCE_DB:
             self._suppression.append(level_db(clean) - level_db(window))
-        learnt = len(self._suppression) == CONVERGED_WINDOWS and statistics.median(self._suppression) <= -CONVERGED_DB
-        if learnt and (self._count - aligned) * WINDOW_S >= SETTLE_S:
+        if len(self._suppression) < CONVERGED_WINDOWS or (self._count - aligned) * WINDOW_S < SETTLE_S:
+            return
+        down = -statistics.median(self._suppression)
+        if down >= CONVERGED_DB:
             self._strict_from = self._count
-            down = -statistics.median(self._suppression)
             log.info("AEC3 takes the echo %.0f dB down: the rule on AEC3 alone counts", down)
 
     def _after_a_gap(self) -> None:
