@@ -2,11 +2,13 @@
 
     python bench/end_of_turn.py [--offline] [--model tests/assets/ggml-base.bin] [--json OUT]
 
---offline judges each signal alone on the audio up to the pause plus TAIL_MS (what the listener has
-when it asks), without the live rig: the text rule as it was (whisper's full stop believed), the words
-without that full stop (speech/turns.py), the audio model (speech/smart_turn.py, its ms per call), and
-the rule that combines them (speech/turns.py `judge`); silence alone ends every pause. It sweeps the
-audio model's threshold. Whisper's probability of the last word it wrote (whisper/confidence.py, its
+--offline judges each signal alone on what the listener has when it asks, without the live rig: the
+end of speech where the server's Silero + endpointer put it (the clip after LEAD_MS of digital silence,
+as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
+audio model up to smart_turn.HEARD_PAST_SPEECH_MS past it (and at each of VOICE_TAILS_MS, `p@T`). The
+signals: the text rule as it was (whisper's full stop believed), the words without that full stop
+(speech/turns.py), the audio model (speech/smart_turn.py, its ms per call), and the rule that combines
+them (speech/turns.py `judge`); silence alone ends every pause. It sweeps the audio model's threshold. Whisper's probability of the last word it wrote (whisper/confidence.py, its
 ms per read: `last_word_ms`): alone ("unsure", a last word under turns.UNSURE_WORD holds), and in the
 rule (`judge+unsure@T`: after such a word the voice must reach T; turns.SURE_VOICE is the rule's).
 
@@ -32,7 +34,10 @@ import turn_set  # noqa: E402
 from rig import ROOT, Rig, audio_assets, stop_player  # noqa: E402
 from stats import Run, cli, save_report, summary, verdict  # noqa: E402
 
-SILENCE_MS, LEAD_MS, TAIL_MS = 1000, 300, 300  # fmt: skip  # the call's; silence before the speech; judged past the pause
+SILENCE_MS, LEAD_MS = 1000, 300  # fmt: skip  # the call's; silence before the speech
+SETTLED_MS = 700
+"""Pause heard before the end of speech is read: past Silero's hangover, so it no longer moves."""
+VOICE_TAILS_MS = (0, 100, 200, 300)
 THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 SURE_VOICES = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
 
@@ -48,30 +53,77 @@ def rates(rows: list[dict], finished: str) -> dict[str, Any]:
     return out
 
 
+def speech_end(vad: Any, entry: dict) -> int:
+    """Where the server's Silero + endpointer end the speech before the pause (a sample of `entry`'s
+    clip): fed window by window as the listener feeds them, after LEAD_MS of digital silence."""
+    from mcp_listen.audio.levels import level_db
+    from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
+
+    never = 10**9  # no stop: a finished turn's first sentence may hold a pause of silence_ms
+    endpointer, lead = (
+        Endpointer(EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never)),
+        16 * LEAD_MS,
+    )
+    audio = np.concatenate([np.zeros(lead, np.int16), entry["samples"][: entry["pause_at"] + 16 * SETTLED_MS]])
+    vad.reset()
+    for w in range(len(audio) // 512):
+        window = audio[w * 512 : (w + 1) * 512]
+        endpointer.feed(*vad.hear(window, run=endpointer.needs_vad(level_db(window))))
+    return (endpointer.last_speech_window + 1) * 512 - lead
+
+
 def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     import _pywhispercpp as pw
     from pywhispercpp.model import Model
 
-    from mcp_listen.speech.smart_turn import shared_smart_turn
+    from mcp_listen.speech.listener import TRAILING_KEEP_MS
+    from mcp_listen.speech.smart_turn import HEARD_PAST_SPEECH_MS, shared_smart_turn
     from mcp_listen.speech.turns import SURE_VOICE
+    from mcp_listen.speech.vad import SileroVAD
     from mcp_listen.whisper.confidence import last_word_probability
 
-    whisper, voice, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), []
+    whisper, voice, vad, rows = (
+        Model(str(model), n_threads=2, print_progress=False),
+        shared_smart_turn(),
+        SileroVAD(),
+        [],
+    )
     for e in entries:
-        audio = e["samples"][: e["pause_at"] + 16 * TAIL_MS]
+        end = speech_end(vad, e)
+        audio = e["samples"][: end + 16 * TRAILING_KEEP_MS]
         ctx = min(1500, len(audio) * 50 // 16000 + 64)  # the encoder on the clip only: 3-6x faster here
         pieces = whisper.transcribe(audio.astype(np.float32) / 32768, language=e["lang"], audio_ctx=ctx)
         text = "".join(s.text for s in pieces).strip()
         began, sure = time.perf_counter(), last_word_probability(pw, whisper._ctx)
         word_ms, began = (time.perf_counter() - began) * 1000, time.perf_counter()
-        p = voice.probability(audio)
+        p = voice.probability(e["samples"][: end + 16 * HEARD_PAST_SPEECH_MS])
+        voice_ms = (time.perf_counter() - began) * 1000
+        tails = {f"p@{t}": round(voice.probability(e["samples"][: end + 16 * t]), 3) for t in VOICE_TAILS_MS}
         rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "batch": e.get("batch", 1), "text": text,
-                     "word": e.get("word"), "gap_ms": e.get("gap_ms"), "p": round(p, 3),
-                     "voice_ms": round((time.perf_counter() - began) * 1000, 1), "silence": True,
+                     "word": e.get("word"), "gap_ms": e.get("gap_ms"), "end_past_cut_ms": (end - e["pause_at"]) // 16,
+                     "p": round(p, 3), **tails, "voice_ms": round(voice_ms, 1), "silence": True,
                      "last_word_p": None if sure is None else round(sure, 3), "last_word_ms": round(word_ms, 2)})  # fmt: skip
         print(rows[-1], flush=True)
     return {"rows": rows, "signals": score(rows), **breakdown(rows, f"judge+unsure@{SURE_VOICE}"), "voice_ms": summary(r["voice_ms"] for r in rows),
-            "last_word_ms": summary((r["last_word_ms"] for r in rows), 2)}  # fmt: skip
+            "last_word_ms": summary((r["last_word_ms"] for r in rows), 2), "voice_tails": tail_sweep(rows)}  # fmt: skip
+
+
+def tail_sweep(rows: list[dict]) -> dict[str, Any]:
+    """The voice alone (at 0.5) and the rule with each of VOICE_TAILS_MS of the pause heard by the audio model."""
+    from mcp_listen.speech.turns import judge
+
+    out = {}
+    for t in VOICE_TAILS_MS:
+        for r in rows:
+            r[f"voice+{t}ms"] = r[f"p@{t}"] >= 0.5
+            r[f"judge+{t}ms"] = getattr(
+                judge(r["text"], r["lang"], r[f"p@{t}"], last_word_p=r["last_word_p"]), "finished", True
+            )
+        out[f"voice alone, {t} ms heard"], out[f"rule, {t} ms heard"] = (
+            rates(rows, f"voice+{t}ms"),
+            rates(rows, f"judge+{t}ms"),
+        )
+    return out
 
 
 def targets(rows: list[dict], finished: str) -> dict[str, Any]:

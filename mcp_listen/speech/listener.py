@@ -33,7 +33,7 @@ from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENC
 from mcp_listen.speech.ending import TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
-from mcp_listen.speech.smart_turn import HEARD_SAMPLES, VoiceAtPause
+from mcp_listen.speech.smart_turn import HEARD_PAST_SPEECH_MS, HEARD_SAMPLES, VoiceAtPause
 from mcp_listen.speech.turns import judge
 from mcp_listen.speech.vad import shared_vad
 
@@ -417,15 +417,16 @@ class Listener:
 
     def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
         """In a pause, once the word's tail is recorded: transcribe now, in case this is the end (and
-        "smart": the audio model hears the last 8 s). The key is the span `Heard.remaining_key` will give
-        if the stop comes before more speech; speech that resumes moves the span, the next pause replaces
-        the guess."""
+        "smart": the audio model hears the last 8 s of speech and the pause's first HEARD_PAST_SPEECH_MS).
+        The key is the span `Heard.remaining_key` will give if the stop comes before more speech; speech
+        that resumes moves the span, the next pause replaces the guess."""
         end = self.speech_end_frame
         key = (self.phrase_start_frame, speech_tail_end(end or 0))
         if end is None or endpointer.silence_ms <= 0 or (self._kept_from + len(self._kept)) * WINDOW < key[1]:
             return
         if self.voice is not None:
-            self.voice.ask(key[1], self._audio(max(self._kept_from * WINDOW, key[1] - HEARD_SAMPLES), key[1]))
+            heard_end = end + HEARD_PAST_SPEECH_MS * SAMPLE_RATE // 1000  # not the word's whole tail: see the constant
+            self.voice.ask(key[1], self._audio(max(self._kept_from * WINDOW, heard_end - HEARD_SAMPLES), heard_end))
         if key != self._speculated and end > self.phrase_start_frame:
             self._speculated = key
             phrases.speculate(self._audio(*key), key)

@@ -279,6 +279,32 @@ def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
     assert smart == plain and (why, plain_why) == ("complete", "silence")
 
 
+class Listening(Voice):
+    """An audio model that keeps what it was asked to hear, by the pause's key (where whisper's span ends)."""
+
+    def __init__(self, probability=float("nan")) -> None:
+        super().__init__(probability)
+        self.heard: list = []
+
+    def ask(self, key, samples) -> None:
+        if not self.heard or self.heard[-1][0] != key:
+            self.heard.append((key, samples))  # as VoiceAtPause: the first ask for a pause is the one heard
+
+
+def test_the_audio_model_hears_the_speech_and_only_the_first_100_ms_of_the_pause():
+    # The more of the pause it hears, the surer it is the turn is over (bench/README.md); whisper, asked
+    # at the same moment, gets the word's whole 300 ms tail. The recording is under 8 s: heard from its start.
+    voice = Listening()
+    plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
+    vad = ScriptedVAD(script((QUIET, 40), (SPEECH, 62)))
+    listener = Listener(plan, None, None, Guessing("So I was"), vad=vad, voice=voice)
+    while listener.on_window(np.full(WINDOW, listener.windows, dtype=np.int16)) is None:
+        pass
+    assert voice.heard and {key - len(samples) for key, samples in voice.heard} == {(300 - 100) * 16}
+    key, samples = voice.heard[-1]
+    assert int(samples[-1]) == (key - 200 * 16 - 1) // WINDOW  # the recording's own samples, up to there
+
+
 def test_a_held_pause_never_passes_the_recording_s_ceiling_and_then_ends_by_duration():
     after, _, why = stop_after_speech_ms("So I was thinking of", "smart", max_ms=4000)
     assert why == "duration" and after < 3000, after
