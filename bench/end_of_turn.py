@@ -5,12 +5,11 @@
 --offline judges each signal alone on what the listener has when it asks, without the live rig: the
 end of speech where the server's Silero + endpointer put it (the clip after LEAD_MS of digital silence,
 as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
-audio model up to smart_turn.HEARD_PAST_SPEECH_MS past it (and at each of VOICE_TAILS_MS, `p@T`). The
-signals: the text rule as it was (whisper's full stop believed), the words without that full stop
-(speech/turns.py), the audio model (speech/smart_turn.py, its ms per call), and the rule that combines
-them (speech/turns.py `judge`); silence alone ends every pause. It sweeps the audio model's threshold. Whisper's probability of the last word it wrote (whisper/confidence.py, its
-ms per read: `last_word_ms`): alone ("unsure", a last word under turns.UNSURE_WORD holds), and in the
-rule (`judge+unsure@T`: after such a word the voice must reach T; turns.SURE_VOICE is the rule's).
+audio model's least sure answer over smart_turn.PAUSE_HEARD_MS past it (`p`, its ms per pause) and each
+answer alone (`p@T`). The signals: the text rule as it was (whisper's full stop believed), the words
+without that full stop (speech/turns.py), the audio model, and the rule that combines them
+(speech/turns.py `judge`), at each threshold and with one answer at each end in place of the least;
+silence alone ends every pause.
 
 Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
 clip's language), once per mode. The turn *ended at the pause* when the result's recording ends within
@@ -37,9 +36,7 @@ from stats import Run, cli, save_report, summary, verdict  # noqa: E402
 SILENCE_MS, LEAD_MS = 1000, 300  # fmt: skip  # the call's; silence before the speech
 SETTLED_MS = 700
 """Pause heard before the end of speech is read: past Silero's hangover, so it no longer moves."""
-VOICE_TAILS_MS = (0, 100, 200, 300)
 THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-SURE_VOICES = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
 
 
 def rates(rows: list[dict], finished: str) -> dict[str, Any]:
@@ -73,56 +70,42 @@ def speech_end(vad: Any, entry: dict) -> int:
 
 
 def offline(entries: list[dict], model: Path) -> dict[str, Any]:
-    import _pywhispercpp as pw
     from pywhispercpp.model import Model
 
     from mcp_listen.speech.listener import TRAILING_KEEP_MS
-    from mcp_listen.speech.smart_turn import HEARD_PAST_SPEECH_MS, shared_smart_turn
-    from mcp_listen.speech.turns import SURE_VOICE
+    from mcp_listen.speech.smart_turn import PAUSE_HEARD_MS, PAUSE_HEARD_SAMPLES, shared_smart_turn
+    from mcp_listen.speech.turns import VOICE_THRESHOLD
     from mcp_listen.speech.vad import SileroVAD
-    from mcp_listen.whisper.confidence import last_word_probability
 
-    whisper, voice, vad, rows = (
-        Model(str(model), n_threads=2, print_progress=False),
-        shared_smart_turn(),
-        SileroVAD(),
-        [],
-    )
+    whisper, voice, vad, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), SileroVAD(), []  # fmt: skip
     for e in entries:
         end = speech_end(vad, e)
         audio = e["samples"][: end + 16 * TRAILING_KEEP_MS]
         ctx = min(1500, len(audio) * 50 // 16000 + 64)  # the encoder on the clip only: 3-6x faster here
         pieces = whisper.transcribe(audio.astype(np.float32) / 32768, language=e["lang"], audio_ctx=ctx)
-        text = "".join(s.text for s in pieces).strip()
-        began, sure = time.perf_counter(), last_word_probability(pw, whisper._ctx)
-        word_ms, began = (time.perf_counter() - began) * 1000, time.perf_counter()
-        p = voice.probability(e["samples"][: end + 16 * HEARD_PAST_SPEECH_MS])
+        began = time.perf_counter()
+        p = voice.least_probability(e["samples"][: end + PAUSE_HEARD_SAMPLES])
         voice_ms = (time.perf_counter() - began) * 1000
-        tails = {f"p@{t}": round(voice.probability(e["samples"][: end + 16 * t]), 3) for t in VOICE_TAILS_MS}
-        rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "batch": e.get("batch", 1), "text": text,
-                     "word": e.get("word"), "gap_ms": e.get("gap_ms"), "end_past_cut_ms": (end - e["pause_at"]) // 16,
-                     "p": round(p, 3), **tails, "voice_ms": round(voice_ms, 1), "silence": True,
-                     "last_word_p": None if sure is None else round(sure, 3), "last_word_ms": round(word_ms, 2)})  # fmt: skip
+        each = {f"p@{ms}": round(voice.probability(e["samples"][: end + 16 * ms]), 3) for ms in PAUSE_HEARD_MS}
+        rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "batch": e.get("batch", 1), "word": e.get("word"),
+                     "gap_ms": e.get("gap_ms"), "text": "".join(s.text for s in pieces).strip(), "end_past_cut_ms": (end - e["pause_at"]) // 16,
+                     "p": round(p, 3), **each, "voice_ms": round(voice_ms, 1), "silence": True})  # fmt: skip
         print(rows[-1], flush=True)
-    return {"rows": rows, "signals": score(rows), **breakdown(rows, f"judge+unsure@{SURE_VOICE}"), "voice_ms": summary(r["voice_ms"] for r in rows),
-            "last_word_ms": summary((r["last_word_ms"] for r in rows), 2), "voice_tails": tail_sweep(rows)}  # fmt: skip
+    return {"rows": rows, "signals": score(rows), **breakdown(rows, f"judge@{VOICE_THRESHOLD}"),
+            "voice_ms": summary(r["voice_ms"] for r in rows), "one_answer": one_answer(rows, PAUSE_HEARD_MS)}  # fmt: skip
 
 
-def tail_sweep(rows: list[dict]) -> dict[str, Any]:
-    """The voice alone (at 0.5) and the rule with each of VOICE_TAILS_MS of the pause heard by the audio model."""
-    from mcp_listen.speech.turns import judge
+def one_answer(rows: list[dict], ends_ms: tuple[int, ...]) -> dict[str, Any]:
+    """The voice alone and the rule with one answer, at each end, in place of the least sure of them."""
+    from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
 
     out = {}
-    for t in VOICE_TAILS_MS:
+    for ms in ends_ms:
         for r in rows:
-            r[f"voice+{t}ms"] = r[f"p@{t}"] >= 0.5
-            r[f"judge+{t}ms"] = getattr(
-                judge(r["text"], r["lang"], r[f"p@{t}"], last_word_p=r["last_word_p"]), "finished", True
-            )
-        out[f"voice alone, {t} ms heard"], out[f"rule, {t} ms heard"] = (
-            rates(rows, f"voice+{t}ms"),
-            rates(rows, f"judge+{t}ms"),
-        )
+            r[f"voice+{ms}ms"] = r[f"p@{ms}"] >= VOICE_THRESHOLD
+            r[f"judge+{ms}ms"] = getattr(judge(r["text"], r["lang"], r[f"p@{ms}"]), "finished", True)
+        out[f"voice alone, {ms} ms of the pause"] = rates(rows, f"voice+{ms}ms")
+        out[f"rule, {ms} ms of the pause"] = rates(rows, f"judge+{ms}ms")
     return out
 
 
@@ -137,7 +120,7 @@ def targets(rows: list[dict], finished: str) -> dict[str, Any]:
 def breakdown(rows: list[dict], rule: str) -> dict[str, Any]:
     """Every signal on batch 1 and on batch 2 of the set (bench/turn_set.py); the main ones per language
     and per word a thinking pause follows (a digit: "number"); the issue's targets by `rule`."""
-    main = ("words", "voice@0.5", "unsure", "judge@0.5", rule)
+    main = ("words", "voice@0.5", rule)
     word = {r["id"]: "number" if str(r["word"]).isdigit() else r["word"] for r in rows if r["kind"] == "thinking"}
 
     def by(key: Any) -> dict[str, Any]:
@@ -151,7 +134,7 @@ def breakdown(rows: list[dict], rule: str) -> dict[str, Any]:
 
 def score(rows: list[dict]) -> dict[str, Any]:
     """Each signal alone and the rule, from the rows' text and voice probability (no whisper, no model)."""
-    from mcp_listen.speech.turns import UNSURE_WORD, judge, sounds_finished, words_say
+    from mcp_listen.speech.turns import judge, sounds_finished, words_say
 
     for r in rows:
         r["today"], r["words"] = sounds_finished(r["text"], r["lang"]), words_say(r["text"], r["lang"]) != "unfinished"
@@ -161,18 +144,6 @@ def score(rows: list[dict]) -> dict[str, Any]:
             r[f"voice@{t}"] = r["p"] >= t
             r[f"judge@{t}"] = getattr(judge(r["text"], r["lang"], r["p"], t), "finished", True)
         signals[f"voice@{t}"], signals[f"judge@{t}"] = rates(rows, f"voice@{t}"), rates(rows, f"judge@{t}")
-    if all("last_word_p" in r for r in rows):
-        for r in rows:
-            r["unsure"] = r["last_word_p"] is not None and r["last_word_p"] < UNSURE_WORD
-            r["sure"] = not r["unsure"]
-        signals["unsure"] = rates(rows, "sure")
-        for t in SURE_VOICES:
-            for r in rows:
-                verdict = judge(r["text"], r["lang"], r["p"], last_word_p=r["last_word_p"])
-                if r["unsure"] and verdict is not None and verdict.by != "words":
-                    verdict = judge(r["text"], r["lang"], r["p"], t)  # the voice alone, at T
-                r[f"judge+unsure@{t}"] = getattr(verdict, "finished", True)
-            signals[f"judge+unsure@{t}"] = rates(rows, f"judge+unsure@{t}")
     return signals
 
 

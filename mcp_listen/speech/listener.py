@@ -33,7 +33,7 @@ from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENC
 from mcp_listen.speech.ending import TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
-from mcp_listen.speech.smart_turn import HEARD_PAST_SPEECH_MS, HEARD_SAMPLES, VoiceAtPause
+from mcp_listen.speech.smart_turn import HEARD_SAMPLES, PAUSE_HEARD_SAMPLES, VoiceAtPause
 from mcp_listen.speech.turns import judge
 from mcp_listen.speech.vad import shared_vad
 
@@ -106,7 +106,6 @@ class PhraseSink(Protocol):
     def detect(self, audio: Any) -> None: ...
 
     def words_at_pause(self, key: tuple[int, int] | None) -> str | None: ...
-    def last_word_p(self, key: tuple[int, int] | None) -> float | None: ...
 
     language: str
     """The language asked for, or the one heard."""
@@ -300,9 +299,9 @@ class Listener:
         """The pause that ends the turn now: silence_ms, or ("smart") up to max_pause_ms until turns.judge says."""
         if self.plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
             return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
-        words, sure = self._words_at_pause(self.phrases, self.speech_end_frame)
+        words = self._words_at_pause(self.phrases, self.speech_end_frame)
         heard, voice = self.voice.answer(speech_tail_end(self.speech_end_frame)) if self.voice else (True, None)
-        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard, last_word_p=sure)
+        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard)
         return self.ending.silence_for(verdict)
 
     def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
@@ -317,13 +316,13 @@ class Listener:
         if message is not None and self.progress:
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
 
-    def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> tuple[str | None, float | None]:
-        """The words this pause follows, None until in (the guess for the speech since the last cut, or the
-        phrases so far when the last word is in a phrase already cut), and whisper's sureness of the last."""
+    def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> str | None:
+        """The words this pause follows, None until in: the guess for the speech since the last cut, or the
+        phrases so far when the last word is in a phrase already cut."""
         if speech_end <= self.phrase_start_frame:
-            return phrases.words_at_pause(None), phrases.last_word_p(None)
+            return phrases.words_at_pause(None)
         key = (self.phrase_start_frame, speech_tail_end(speech_end))
-        return (phrases.words_at_pause(key), phrases.last_word_p(key)) if self._speculated == key else (None, None)
+        return phrases.words_at_pause(key) if self._speculated == key else None
 
     def _report_words(self, progress: Progress) -> None:
         """The transcript so far, each time it changed (a phrase or a guess transcribed): the user
@@ -417,15 +416,16 @@ class Listener:
 
     def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
         """In a pause, once the word's tail is recorded: transcribe now, in case this is the end (and
-        "smart": the audio model hears the last 8 s of speech and the pause's first HEARD_PAST_SPEECH_MS).
+        "smart": the audio model hears the last 8 s of speech and the pause's first PAUSE_HEARD_SAMPLES).
         The key is the span `Heard.remaining_key` will give if the stop comes before more speech; speech
         that resumes moves the span, the next pause replaces the guess."""
         end = self.speech_end_frame
         key = (self.phrase_start_frame, speech_tail_end(end or 0))
-        if end is None or endpointer.silence_ms <= 0 or (self._kept_from + len(self._kept)) * WINDOW < key[1]:
+        heard_end = (end or 0) + PAUSE_HEARD_SAMPLES
+        recorded = (self._kept_from + len(self._kept)) * WINDOW
+        if end is None or endpointer.silence_ms <= 0 or recorded < max(key[1], heard_end):
             return
         if self.voice is not None:
-            heard_end = end + HEARD_PAST_SPEECH_MS * SAMPLE_RATE // 1000  # not the word's whole tail: see the constant
             self.voice.ask(key[1], self._audio(max(self._kept_from * WINDOW, heard_end - HEARD_SAMPLES), heard_end))
         if key != self._speculated and end > self.phrase_start_frame:
             self._speculated = key

@@ -19,7 +19,7 @@ from typing import Any
 from mcp_listen.contract.limits import WINDOW_MS
 from mcp_listen.speech.endpoint import SILENCE_THRESHOLD
 
-Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str, float | None]]
+Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]
 """transcribe(int16 audio, prompt, language, abort) -> (text, language heard, how sure whisper was of
 the last word, 0-1 or None); raises on failure."""
 
@@ -49,7 +49,6 @@ class _Job:
     abort: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     text: str = ""
-    last_word_p: float | None = None
     error: BaseException | None = None
 
 
@@ -76,8 +75,6 @@ class PhraseWorker:
         Replaced whole (one assignment) by the worker thread, read by the listener's."""
         self._error: BaseException | None = None
         self._speculation: _Job | None = None
-        self._last_word_p: float | None = None
-        """How sure whisper was of the last word of the last phrase (not guess) transcribed."""
         self._early_guess: str | None = None
         """The language the previous early detection named: a second one must agree (SURE_OF_LANGUAGE)."""
         self._thread = threading.Thread(target=self._run, name="mcp-listen-phrases", daemon=True)
@@ -117,14 +114,6 @@ class PhraseWorker:
         if key is not None:
             return self.guess_for(key)
         return self.so_far if self.transcribed == self.submitted else None
-
-    def last_word_p(self, key: tuple[int, int] | None) -> float | None:
-        """How sure whisper was of the last word at this pause (as `words_at_pause` reads the words):
-        the guess's at `key`, or the last phrase's; None when it is not known."""
-        if key is None:
-            return self._last_word_p
-        guess = self._speculation
-        return guess.last_word_p if guess is not None and guess.key == key and guess.done.is_set() else None
 
     def guess_for(self, key: tuple[int, int]) -> str | None:
         """The guess at the speech `key` spans, once transcribed; None while it is not (or was never
@@ -194,7 +183,7 @@ class PhraseWorker:
             self._learn_language(job)
             return
         try:
-            text, heard, sure = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
+            text, heard = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
         except BaseException as exc:  # noqa: BLE001 - re-raised in finish(), on the caller's thread
             if job.speculative:
                 job.error = None if job.abort.is_set() else exc
@@ -204,12 +193,10 @@ class PhraseWorker:
             return
         if heard and self.language == "auto":
             self.language = heard  # detected once: later phrases are not detected again
-        job.last_word_p = sure
         if job.speculative:
             job.text = text
         else:
             self._texts.append(text)
-            self._last_word_p = job.last_word_p
             self.transcribed += 1
         if not job.abort.is_set():
             self.so_far = join_phrases([*self._texts, text] if job.speculative else self._texts)

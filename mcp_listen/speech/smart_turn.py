@@ -38,12 +38,13 @@ MODEL_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f
 WINDOW_S = 8
 """The model hears the last 8 s before the pause."""
 HEARD_SAMPLES = WINDOW_S * SAMPLE_RATE
-HEARD_PAST_SPEECH_MS = 100
-"""How much of the pause the model hears after the last speech window. The more silence it hears, the
-surer it is that the turn is over: on the bench's turn set, with the pause where the listener's
-endpointer puts it, 0 / 100 / 200 / 300 ms held 45 / 40 / 35 / 30 of 57 thinking pauses by the voice
-alone and ended 42 / 44 / 42 / 43 of 46 finished turns (bench/README.md). Pipecat hears its VAD's
-200 ms."""
+PAUSE_HEARD_MS = (0, 100, 200, 300)
+"""The model hears the speech with each of these ms of the pause after it, and the turn sounds finished
+only when it does in every one (`least_probability`). Its answer swings with where the window ends (a
+Spanish prompt cut before "y": 0.13, 0.76, 0.21 at 0, 100, 300 ms), and the more of the pause it hears
+the surer it is that the turn is over: one answer at 300 ms let go of 28 of the bench's 57 thinking
+pauses, the least of the four 13 (bench/README.md)."""
+PAUSE_HEARD_SAMPLES = max(PAUSE_HEARD_MS) * SAMPLE_RATE // 1000
 N_FFT, HOP, N_MELS = 400, 160, 80
 
 
@@ -130,10 +131,20 @@ class SmartTurn:
 
     def probability(self, samples: np.ndarray) -> float:
         """How likely the speech in `samples` (16 kHz, ending at the pause) is a finished turn, 0-1."""
-        features = log_mel(samples)[None]
+        return self._probabilities([samples])[0]
+
+    def least_probability(self, samples: np.ndarray) -> float:
+        """The least sure answer over PAUSE_HEARD_MS: `samples` end PAUSE_HEARD_SAMPLES past the speech."""
+        ends = [len(samples) - PAUSE_HEARD_SAMPLES + ms * SAMPLE_RATE // 1000 for ms in PAUSE_HEARD_MS]
+        return min(self._probabilities([samples[:end] for end in ends]))
+
+    def _probabilities(self, clips: list[np.ndarray]) -> list[float]:
+        import numpy as np
+
+        features = np.stack([log_mel(clip) for clip in clips])
         with self._lock:
             out = self.session.run(None, {"input_features": features})
-        return float(out[0].reshape(-1)[0])
+        return [float(p) for p in out[0].reshape(-1)]
 
 
 _SHARED: list[SmartTurn] = []
@@ -159,7 +170,8 @@ class VoiceAtPause:
         self._answer: float | None = None
 
     def ask(self, key: int, samples: np.ndarray) -> None:
-        """Hear `samples` (the speech up to the pause) for the pause `key` names; again for the same key: nothing."""
+        """Hear `samples` (the speech, then PAUSE_HEARD_SAMPLES of the pause) for the pause `key` names; again
+        for the same key: nothing."""
         with self._lock:
             if key == self._key:
                 return
@@ -168,7 +180,7 @@ class VoiceAtPause:
 
     def _hear(self, key: int, samples: np.ndarray) -> None:
         try:
-            probability = shared_smart_turn().probability(samples)
+            probability = shared_smart_turn().least_probability(samples)
         except Exception as exc:  # noqa: BLE001 - a missing model, onnxruntime's own errors: the words decide alone
             log.warning("The Smart Turn model failed (%s); end of turn by the words alone", type(exc).__name__)
             probability = math.nan

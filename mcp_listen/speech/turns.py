@@ -11,14 +11,12 @@ punctuation does. Pure: no audio, no whisper.
 word that is a trailing conjunction, article, preposition or filler of the language heard holds it
 ("words"), whatever full stop, comma or ellipsis whisper put after it (`words_say`: on the bench's
 turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims.
-Otherwise the audio model (speech/smart_turn.py, the last 8 s of the voice) decides: a probability
-of a finished turn of at least VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language
-whose words the rule does not know), below it holds. When whisper was unsure of the last word it
-wrote (its least sure token under UNSURE_WORD: whisper/confidence.py), it guessed at the word the
-pause cut ("Please press 1 to" heard "Please press month."), so the voice must be surer: SURE_VOICE.
-The voice waits for whisper's words: deciding without them cut "…some bread and" on a busy
-machine, where the guess comes seconds late; then the pause is held up to max_pause_ms
-(bench/README.md).
+Otherwise the audio model (speech/smart_turn.py: the last 8 s of the voice, its least sure answer
+over the pause's first 300 ms) decides: a probability of a finished turn of at least
+VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language whose words the rule does not
+know), below it holds. The voice waits for whisper's words: deciding without them cut "…some bread
+and" on a busy machine, where the guess comes seconds late; then the pause is held up to
+max_pause_ms (bench/README.md).
 Without the audio model, `sounds_finished` decides ("words"), and a language the rule does not know
 ends as silence does (NO_SIGNAL).
 """
@@ -60,11 +58,6 @@ _LAST_WORD = re.compile(r"(\w[\w'’]*)\W*$")
 VOICE_THRESHOLD = 0.5
 """The audio model's probability of a finished turn from which "smart" ends it (chosen on the bench's
 turn set: bench/README.md)."""
-UNSURE_WORD = 0.5
-"""Below this probability of the last word's least sure token (whisper/confidence.py), whisper guessed
-at the word before the pause: the words cannot vouch for a finished sentence."""
-SURE_VOICE = 0.85
-"""The voice's probability that ends the turn after a last word whisper was unsure of (bench/README.md)."""
 
 
 def sounds_finished(text: str, language: str) -> bool:
@@ -104,13 +97,11 @@ def judge(
     threshold: float = VOICE_THRESHOLD,
     *,
     heard: bool = True,
-    last_word_p: float | None = None,
 ) -> Verdict | None:
     """The verdict on a pause from the words heard up to it (None: whisper's guess is not in yet) and the
     audio model's `probability` that the turn is finished (None or NaN: no audio model); None while the
     voice is not `heard` yet and the words do not hold the turn, and while the words are not in: the
-    voice waits for them. `last_word_p`: how sure whisper was of the last word (None: not known); under
-    UNSURE_WORD the voice must reach SURE_VOICE. The rule is the module's docstring."""
+    voice waits for them. The rule is the module's docstring."""
     said = None if text is None else words_say(text, language)
     if said == "unfinished":
         return Verdict(False, "words")
@@ -122,6 +113,4 @@ def judge(
         return Verdict(True, NO_SIGNAL) if said is None else Verdict(sounds_finished(text, language), "words")
     if text is None:
         return None
-    if last_word_p is not None and last_word_p < UNSURE_WORD:
-        threshold = max(threshold, SURE_VOICE)
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")

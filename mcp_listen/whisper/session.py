@@ -44,11 +44,8 @@ class Session:
             return
         threading.Thread(target=self._load, name="whisper-preload", daemon=True).start()
 
-    def transcribe(
-        self, samples: Any, prompt: str, language: str, abort: Cancel | None = None
-    ) -> tuple[str, str, float | None]:
-        """(text, language heard, how sure whisper was of the last word) of int16 samples; `prompt` is
-        the text said just before."""
+    def transcribe(self, samples: Any, prompt: str, language: str, abort: Cancel | None = None) -> tuple[str, str]:
+        """(text, language heard) of int16 samples; `prompt` is the text said just before."""
         words = self.transcriber.hear(
             condition(samples),
             path=self.path,
@@ -59,7 +56,7 @@ class Session:
             translate=self.translate,
         )
         self._key = self.transcriber.key
-        return words.text, words.language, words.last_word_p
+        return words.text, words.language
 
     def detect(self, samples: Any, abort: Cancel | None = None) -> tuple[str, float]:
         """(language, probability) heard in the first seconds of int16 samples."""

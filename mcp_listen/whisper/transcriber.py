@@ -32,7 +32,6 @@ from mcp_listen.errors import Cancelled, TranscriptionError, command
 from mcp_listen.whisper import admission as model_check
 from mcp_listen.whisper import ggml
 from mcp_listen.whisper import probe as model_probe
-from mcp_listen.whisper.confidence import last_word_probability
 from mcp_listen.whisper.memory import _check_memory, _instances
 from mcp_listen.whisper.model_file import ModelKey, _ModelFile, _opened
 from mcp_listen.whisper.names import short_name
@@ -334,7 +333,7 @@ class Transcriber:
         if failed:
             raise TranscriptionError(f"Transcription failed: {failed[-1]}", code="transcription_failed")
         text = " ".join(_drop_repeats([text.strip() for text in segments if text.strip()]))
-        return Words(_collapse_repeat(text), lang, last_word_probability(pw, self._model.ctx))
+        return Words(_collapse_repeat(text), lang)
 
 
 @dataclass(frozen=True)
@@ -344,8 +343,6 @@ class Words:
     text: str
     language: str
     """The code whisper transcribed in: the detected one when it was asked for `auto`."""
-    last_word_p: float | None = None
-    """How sure whisper was of the last word (whisper/confidence.py); None without one."""
 
 
 DETECT_MAX_SAMPLES = SAMPLE_RATE * 10

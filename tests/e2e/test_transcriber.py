@@ -65,17 +65,6 @@ def test_jfk_word_for_word(loaded: T.Transcriber, model_path: Path, jfk: np.ndar
     assert W.usable_text(raw) == raw.strip()
 
 
-def test_how_sure_whisper_was_of_the_last_word(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
-    """Read from the same pass's tokens (whisper/confidence.py): "country", clearly spoken, is sure;
-    the last word of a clip cut inside it ("coun|try") is whisper's guess, and less sure."""
-    whole = loaded.hear(W.condition(jfk), path=model_path, language="en")
-    assert whole.text.rstrip(".").endswith("country") and whole.last_word_p is not None
-    assert 0.5 <= whole.last_word_p <= 1.0
-    cut = loaded.hear(W.condition(jfk[: int(10.1 * 16000)]), path=model_path, language="en")
-    assert cut.last_word_p is not None and cut.last_word_p < whole.last_word_p, (cut, whole)
-    assert loaded.hear(np.zeros(800, np.float32), path=model_path).last_word_p is None
-
-
 def test_a_busy_core_leaves_whisper_one_thread(model_path: Path, jfk: np.ndarray, tmp_path: Path) -> None:
     """The pass runs on the threads the policy chose from /proc/stat (one of two CPUs busy with another
     program, written by the test) and its speed is recorded under that count."""

@@ -86,7 +86,6 @@ class ScriptedRecorder(Recorder):
 class Words:
     text: str
     language: str
-    last_word_p: float | None = None
 
 
 class FakeWhisper:
@@ -115,9 +114,9 @@ class FakeSession:
     def preload(self) -> None:
         self.whisper.preloaded.append(self.model_path)
 
-    def transcribe(self, samples, prompt, language, abort=None) -> tuple[str, str, float | None]:
+    def transcribe(self, samples, prompt, language, abort=None) -> tuple[str, str]:
         self.whisper.heard.append(len(samples))
-        return self.whisper.text, language, None
+        return self.whisper.text, language
 
     def detect(self, samples, abort=None) -> tuple[str, float]:
         return "en", 1.0
@@ -288,7 +287,7 @@ def test_a_session_admits_the_model_once_for_all_its_phrases(tmp_path):
     session = Session(transcriber, model, translate=False, cancel=None)  # type: ignore[arg-type]
     silence = np.zeros(16000, dtype=np.int16)
     for _ in range(3):
-        assert session.transcribe(silence, "", "en") == ("Hello.", "en", None)
+        assert session.transcribe(silence, "", "en") == ("Hello.", "en")
     assert transcriber.loads == [model] and transcriber.keys == [None, (1, 2, 3, 4), (1, 2, 3, 4)]
 
 

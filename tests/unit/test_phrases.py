@@ -63,7 +63,7 @@ def test_nothing_is_cut_before_speech_is_confirmed():
 
 def worker_of(fn, language="en"):
     """A PhraseWorker around a plain text function: (audio) -> text, language unchanged."""
-    return PhraseWorker(lambda audio, prompt, lang, abort: (fn(audio), lang, None), language)
+    return PhraseWorker(lambda audio, prompt, lang, abort: (fn(audio), lang), language)
 
 
 def test_worker_keeps_order_and_joins_the_last_phrase():
@@ -102,7 +102,7 @@ def test_each_phrase_is_conditioned_on_the_text_before_it():
 
     def transcribe(audio, prompt, lang, abort):
         prompts.append(prompt)
-        return audio, lang, None
+        return audio, lang
 
     worker = PhraseWorker(transcribe, "en")
     worker.submit("And so my fellow Americans.")
@@ -124,7 +124,7 @@ def test_auto_language_is_detected_once_and_kept():
 
     def transcribe(audio, prompt, lang, abort):
         asked.append(lang)
-        return audio, ("pt" if lang == "auto" else lang), None
+        return audio, ("pt" if lang == "auto" else lang)
 
     worker = PhraseWorker(transcribe, "auto")
     worker.submit("um")
@@ -138,7 +138,7 @@ def test_a_speculation_that_matches_the_end_is_adopted_without_transcribing_agai
 
     def transcribe(audio, prompt, lang, abort):
         calls.append(audio)
-        return audio.upper(), lang, None
+        return audio.upper(), lang
 
     worker = PhraseWorker(transcribe, "en")
     worker.submit("first")
@@ -157,7 +157,7 @@ def test_a_speculation_overtaken_by_more_speech_is_dropped_and_aborted():
             abort.wait(5)
             aborted.append(abort.is_set())
             raise RuntimeError("aborted mid-way")  # what a cancelled whisper run raises
-        return audio, lang, None
+        return audio, lang
 
     worker = PhraseWorker(transcribe, "en")
     worker.speculate("guess", (0, 100))
@@ -188,7 +188,7 @@ def test_a_language_detected_early_and_surely_is_used_by_every_phrase():
 
     def transcribe(audio, prompt, lang, abort):
         asked.append(lang)
-        return audio, lang, None
+        return audio, lang
 
     def detect(audio, abort):
         detected.append(audio)
@@ -216,7 +216,7 @@ def test_an_early_guess_not_confirmed_leaves_the_language_to_the_first_phrase(gu
 
     def transcribe(audio, prompt, lang, abort):
         asked.append(lang)
-        return audio, ("es" if lang == "auto" else lang), None
+        return audio, ("es" if lang == "auto" else lang)
 
     worker = PhraseWorker(transcribe, "auto", lambda audio, abort: next(answers))
     for words in ("intentaré", "intentaré establecer")[: len(guesses)]:
@@ -231,7 +231,7 @@ def test_a_guess_short_of_sure_at_once_is_kept_when_the_next_detection_agrees():
 
     def transcribe(audio, prompt, lang, abort):
         asked.append(lang)
-        return audio, lang, None
+        return audio, lang
 
     worker = PhraseWorker(transcribe, "auto", lambda audio, abort: next(guesses))
     worker.detect("todos los")
@@ -243,7 +243,7 @@ def test_a_guess_short_of_sure_at_once_is_kept_when_the_next_detection_agrees():
 
 def test_a_fixed_language_is_never_detected():
     worker = PhraseWorker(
-        lambda audio, prompt, lang, abort: (audio, lang, None), "fr", lambda a, b: pytest.fail("detected")
+        lambda audio, prompt, lang, abort: (audio, lang), "fr", lambda a, b: pytest.fail("detected")
     )
     worker.detect("bonjour")
     assert worker.finish("bonjour") == "bonjour" and worker.language == "fr"
@@ -273,8 +273,8 @@ def test_an_aborted_guess_never_shows_as_words_so_far():
         if audio == "guess":
             started.set()
             abort.wait(5)
-            return "GUESSED", lang, None  # a whisper run that finished as it was aborted
-        return audio, lang, None
+            return "GUESSED", lang  # a whisper run that finished as it was aborted
+        return audio, lang
 
     worker = PhraseWorker(transcribe, "en")
     worker.speculate("guess", (0, 100))
@@ -283,26 +283,3 @@ def test_an_aborted_guess_never_shows_as_words_so_far():
     worker.submit("spoken")
     assert worker.finish(None) == "spoken"
     assert worker.so_far == "spoken"
-
-
-def test_how_sure_whisper_was_of_the_last_word_goes_with_the_words_at_the_pause():
-    def transcribe(audio, prompt, lang, abort):
-        return audio, lang, {"phrase": 0.9, "guess": 0.2}[audio]
-
-    worker = PhraseWorker(transcribe, "en")
-    assert worker.last_word_p(None) is None
-    worker.submit("phrase")
-    assert wait_for(lambda: worker.words_at_pause(None) == "phrase")
-    assert worker.last_word_p(None) == 0.9
-    worker.speculate("guess", (10, 20))
-    assert wait_for(lambda: worker.words_at_pause((10, 20)) == "guess")
-    assert worker.last_word_p((10, 20)) == 0.2 and worker.last_word_p((10, 30)) is None
-    worker.finish("guess", (10, 20))
-
-
-def test_a_transcriber_that_does_not_say_how_sure_it_was_leaves_it_unknown():
-    worker = worker_of(str.upper)
-    worker.speculate("guess", (10, 20))
-    assert wait_for(lambda: worker.words_at_pause((10, 20)) == "GUESS")
-    assert worker.last_word_p((10, 20)) is None
-    worker.finish("guess", (10, 20))

@@ -1,7 +1,8 @@
 """The audio model of end_of_turn "smart" (speech/smart_turn.py) on real speech: the vendored Smart Turn
 v3.2 ONNX, its whisper features computed with numpy, and the rule that joins it to the words
 (speech/turns.py `judge`). Fixture: JFK's 11 s (tests/fixtures/turns/), whole (a finished turn) and cut
-in two real word gaps mid-sentence, each followed by 300 ms of the recording's own noise floor."""
+in two real word gaps mid-sentence, each followed by 300 ms of the recording's own noise floor (the pause
+the listener lets the model hear: smart_turn.PAUSE_HEARD_MS)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from mcp_listen.speech import smart_turn
-from mcp_listen.speech.smart_turn import HEARD_SAMPLES, VoiceAtPause, log_mel, shared_smart_turn
+from mcp_listen.speech.smart_turn import HEARD_SAMPLES, PAUSE_HEARD_MS, VoiceAtPause, log_mel, shared_smart_turn
 from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
 
 JFK = Path(__file__).resolve().parents[1] / "fixtures" / "turns" / "jfk.wav"
@@ -62,13 +63,22 @@ def test_short_audio_is_padded_at_the_front_as_the_model_was_trained():
 
 
 def test_a_finished_sentence_sounds_finished():
-    assert shared_smart_turn().probability(then_quiet(read(JFK))) >= VOICE_THRESHOLD
+    assert shared_smart_turn().least_probability(then_quiet(read(JFK))) >= VOICE_THRESHOLD
+
+
+def test_the_listener_takes_the_least_sure_of_the_answers_with_more_and_more_of_the_pause():
+    samples, model = then_quiet(read(JFK)), shared_smart_turn()
+    speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
+    answers = [model.probability(samples[: speech_end + ms * 16]) for ms in PAUSE_HEARD_MS]
+    assert len(set(answers)) == len(PAUSE_HEARD_MS)  # each end is heard: no two answers alike
+    assert model.least_probability(samples) == pytest.approx(min(answers), abs=1e-6)
+    assert min(answers) < model.probability(samples)  # not the answer at the last end alone
 
 
 @pytest.mark.parametrize("words", sorted(CUTS_S))
 def test_a_sentence_cut_mid_way_does_not(words):
     samples = read(JFK)
-    probability = shared_smart_turn().probability(then_quiet(samples, round(CUTS_S[words] * 16000)))
+    probability = shared_smart_turn().least_probability(then_quiet(samples, round(CUTS_S[words] * 16000)))
     assert probability < VOICE_THRESHOLD
     assert not judge(f"{words}.", "en", probability).finished  # the words alone say as much here
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_listen.speech.ending import NO_SIGNAL, Verdict
-from mcp_listen.speech.turns import SURE_VOICE, UNSURE_WORD, VOICE_THRESHOLD, judge, sounds_finished, words_say
+from mcp_listen.speech.turns import judge, sounds_finished, words_say
 
 
 @pytest.mark.parametrize(
@@ -95,17 +95,3 @@ def test_without_the_audio_model_the_text_rule_decides_or_silence_does():
     assert judge("I went to the store.", "en", None) == Verdict(True, "words")
     assert judge("So I was thinking...", "en", float("nan")) == Verdict(False, "words")
     assert judge("Something.", "ja", None) == Verdict(True, NO_SIGNAL)
-
-
-def test_a_last_word_whisper_was_unsure_of_asks_more_of_the_voice():
-    """ "Please press 1 to" heard as "Please press month." (the bench's turn set): a voice that sounds
-    finished enough for a word whisper was sure of does not end the turn after a word it guessed."""
-    unsure, sure = UNSURE_WORD / 2, (UNSURE_WORD + 1) / 2
-    between = (VOICE_THRESHOLD + SURE_VOICE) / 2
-    assert judge("Please press month.", "en", between, last_word_p=sure) == Verdict(True, "words+voice")
-    assert judge("Please press month.", "en", between, last_word_p=unsure) == Verdict(False, "words+voice")
-    assert judge("Please press month.", "en", SURE_VOICE, last_word_p=unsure) == Verdict(True, "words+voice")
-    assert judge("Please press month.", "en", between, last_word_p=None) == Verdict(True, "words+voice")
-    assert judge("Ik ga naar huis.", "ja", between, last_word_p=unsure) == Verdict(False, "voice")
-    assert judge("I went to the store and.", "en", 0.99, last_word_p=0.99) == Verdict(False, "words")
-    assert judge("I went to the store.", "en", None, last_word_p=unsure) == Verdict(True, "words")  # no voice
