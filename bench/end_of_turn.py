@@ -53,19 +53,17 @@ def rates(rows: list[dict], finished: str) -> dict[str, Any]:
 def speech_end(vad: Any, entry: dict) -> int:
     """Where the server's Silero + endpointer end the speech before the pause (a sample of `entry`'s
     clip): fed window by window as the listener feeds them, after LEAD_MS of digital silence."""
-    from mcp_listen.audio.levels import level_db
+    from endpoint_replay import replay
+
     from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
 
-    never = 10**9  # no stop: a finished turn's first sentence may hold a pause of silence_ms
-    endpointer, lead = (
-        Endpointer(EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never)),
-        16 * LEAD_MS,
+    never, lead = 10**9, 16 * LEAD_MS  # no stop: a finished turn's first sentence may hold a pause of silence_ms
+    endpointer = Endpointer(EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never))
+    replay(
+        vad,
+        endpointer,
+        np.concatenate([np.zeros(lead, np.int16), entry["samples"][: entry["pause_at"] + 16 * SETTLED_MS]]),
     )
-    audio = np.concatenate([np.zeros(lead, np.int16), entry["samples"][: entry["pause_at"] + 16 * SETTLED_MS]])
-    vad.reset()
-    for w in range(len(audio) // 512):
-        window = audio[w * 512 : (w + 1) * 512]
-        endpointer.feed(*vad.hear(window, run=endpointer.needs_vad(level_db(window))))
     return (endpointer.last_speech_window + 1) * 512 - lead
 
 

@@ -24,6 +24,7 @@ from rig import audio_assets as A
 from speech_checks import without_trailing_silence
 from stats import Run, cli, save_report, summary
 
+from mcp_listen.audio.levels import level_db
 from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
 from mcp_listen.speech.vad import SileroVAD
 
@@ -48,7 +49,8 @@ def replay(vad: Any, endpointer: Any, audio: Any, gate: bool = True) -> tuple[st
         return needed
 
     for w in range(len(audio) // 512):
-        reason = endpointer.feed(*vad.hear(audio[w * 512 : (w + 1) * 512], needs_vad))
+        window = audio[w * 512 : (w + 1) * 512]
+        reason = endpointer.feed(*vad.hear(window, run=needs_vad(level_db(window))))
         if reason:
             return reason, w, skipped
     return None, w, skipped
