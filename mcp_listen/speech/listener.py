@@ -8,6 +8,7 @@ a fake VAD (tests/test_listening_unit.py). numpy is imported on first use only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENC
 from mcp_listen.speech.ending import TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
-from mcp_listen.speech.smart_turn import HEARD_SAMPLES, PAUSE_HEARD_SAMPLES, VoiceAtPause
+from mcp_listen.speech.smart_turn import ASK_AFTER_MS, HEARD_SAMPLES, PAUSE_HEARD_MS, VoiceAtPause
 from mcp_listen.speech.turns import judge
 from mcp_listen.speech.vad import shared_vad
 
@@ -300,7 +301,7 @@ class Listener:
         if self.plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
             return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
-        heard, voice = self.voice.answer(speech_tail_end(self.speech_end_frame)) if self.voice else (True, None)
+        heard, voice = self.voice.answer(self.speech_end_frame) if self.voice else (True, None)
         verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard)
         return self.ending.silence_for(verdict)
 
@@ -387,6 +388,7 @@ class Listener:
             phrases.submit(self._audio(start * WINDOW, end * WINDOW))
             self.phrase_start_frame = end * WINDOW
         self._speculate(endpointer, phrases)
+        self._ask_the_voice(endpointer)
         self._let_go()
 
     @property
@@ -415,21 +417,32 @@ class Listener:
             phrases.detect(self._audio(start, self.windows * WINDOW))
 
     def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
-        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end (and
-        "smart": the audio model hears the last 8 s of speech and the pause's first PAUSE_HEARD_SAMPLES).
-        The key is the span `Heard.remaining_key` will give if the stop comes before more speech; speech
-        that resumes moves the span, the next pause replaces the guess."""
+        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end. The key
+        is the span `Heard.remaining_key` will give if the stop comes before more speech; speech that
+        resumes moves the span, the next pause replaces the guess."""
         end = self.speech_end_frame
         key = (self.phrase_start_frame, speech_tail_end(end or 0))
-        heard_end = (end or 0) + PAUSE_HEARD_SAMPLES
-        recorded = (self._kept_from + len(self._kept)) * WINDOW
-        if end is None or endpointer.silence_ms <= 0 or recorded < max(key[1], heard_end):
+        if end is None or endpointer.silence_ms <= 0 or (self._kept_from + len(self._kept)) * WINDOW < key[1]:
             return
-        if self.voice is not None:
-            self.voice.ask(key[1], self._audio(max(self._kept_from * WINDOW, heard_end - HEARD_SAMPLES), heard_end))
         if key != self._speculated and end > self.phrase_start_frame:
             self._speculated = key
             phrases.speculate(self._audio(*key), key)
+
+    def _ask_the_voice(self, endpointer: EndpointDecider) -> None:
+        """ "smart", in a pause of ASK_AFTER_MS or more: the audio model hears the last 8 s of speech with
+        each of PAUSE_HEARD_MS of the pause as soon as it is recorded (VoiceAtPause keeps one ask each)."""
+        end = self.speech_end_frame
+        if self.voice is None or end is None or endpointer.silence_ms < ASK_AFTER_MS:
+            return
+        recorded = (self._kept_from + len(self._kept)) * WINDOW
+        for ms in PAUSE_HEARD_MS:
+            heard_end = end + ms * SAMPLE_RATE // 1000
+            if heard_end <= recorded:
+                self.voice.ask(end, ms, functools.partial(self._heard_until, heard_end))
+
+    def _heard_until(self, end: int) -> np.ndarray:
+        """The last HEARD_SAMPLES of the recording before sample `end` (fewer at its start)."""
+        return self._audio(max(self._kept_from * WINDOW, end - HEARD_SAMPLES), end)
 
     def _audio(self, first: int, end: int) -> np.ndarray:
         """Samples [first, end) of the recording so far, from the kept windows."""

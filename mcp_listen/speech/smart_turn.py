@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.config.libraries import import_onnxruntime
@@ -40,11 +41,13 @@ WINDOW_S = 8
 HEARD_SAMPLES = WINDOW_S * SAMPLE_RATE
 PAUSE_HEARD_MS = (0, 100, 200, 300)
 """The model hears the speech with each of these ms of the pause after it, and the turn sounds finished
-only when it does in every one (`least_probability`). Its answer swings with where the window ends (a
-Spanish prompt cut before "y": 0.13, 0.76, 0.21 at 0, 100, 300 ms), and the more of the pause it hears
-the surer it is that the turn is over: one answer at 300 ms let go of 28 of the bench's 57 thinking
-pauses, the least of the four 13 (bench/README.md)."""
-PAUSE_HEARD_SAMPLES = max(PAUSE_HEARD_MS) * SAMPLE_RATE // 1000
+only when it does in every one (`VoiceAtPause.answer`: the least sure answer). Its answer swings with
+where the window ends (a Spanish prompt cut before "y": 0.13, 0.76, 0.21 at 0, 100, 300 ms), and the
+more of the pause it hears the surer it is that the turn is over: one answer at 300 ms let go of 28
+of the bench's 57 thinking pauses, the least of the four 5 (bench/README.md)."""
+ASK_AFTER_MS = 100
+"""No answer is asked before the pause has lasted this long: each costs ~90 ms of CPU, and a breath
+between words ends sooner."""
 N_FFT, HOP, N_MELS = 400, 160, 80
 
 
@@ -131,20 +134,10 @@ class SmartTurn:
 
     def probability(self, samples: np.ndarray) -> float:
         """How likely the speech in `samples` (16 kHz, ending at the pause) is a finished turn, 0-1."""
-        return self._probabilities([samples])[0]
-
-    def least_probability(self, samples: np.ndarray) -> float:
-        """The least sure answer over PAUSE_HEARD_MS: `samples` end PAUSE_HEARD_SAMPLES past the speech."""
-        ends = [len(samples) - PAUSE_HEARD_SAMPLES + ms * SAMPLE_RATE // 1000 for ms in PAUSE_HEARD_MS]
-        return min(self._probabilities([samples[:end] for end in ends]))
-
-    def _probabilities(self, clips: list[np.ndarray]) -> list[float]:
-        import numpy as np
-
-        features = np.stack([log_mel(clip) for clip in clips])
+        features = log_mel(samples)[None]
         with self._lock:
             out = self.session.run(None, {"input_features": features})
-        return [float(p) for p in out[0].reshape(-1)]
+        return float(out[0].reshape(-1)[0])
 
 
 _SHARED: list[SmartTurn] = []
@@ -160,35 +153,44 @@ def shared_smart_turn() -> SmartTurn:
 
 
 class VoiceAtPause:
-    """The audio model's answer for the pause in progress, worked out on a thread of its own: the
-    listener asks once per pause (`ask`, from the audio thread, returns at once) and reads the answer
-    in each window after (`answer`). A model that cannot load answers NaN: the words decide alone."""
+    """The audio model's least sure answer for the pause in progress, worked out off the audio thread as
+    the pause goes on: the listener asks for each of PAUSE_HEARD_MS as soon as that much of the pause is
+    recorded (`ask`, returns at once), so only the last answer is left to wait for when whisper's words
+    come in, and reads the least of them once all are in (`answer`). A model that cannot load answers
+    NaN: the words decide alone."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: int | None = None
-        self._answer: float | None = None
+        self._pause: int | None = None
+        self._asked: set[int] = set()
+        self._answers: list[float] = []
 
-    def ask(self, key: int, samples: np.ndarray) -> None:
-        """Hear `samples` (the speech, then PAUSE_HEARD_SAMPLES of the pause) for the pause `key` names; again
-        for the same key: nothing."""
+    def ask(self, pause: int, ms: int, samples: Callable[[], np.ndarray]) -> None:
+        """Hear `samples()` (the speech, then `ms` of the pause that began at sample `pause`), read on the
+        caller's thread; again for the same pause and ms: nothing. A new pause forgets the one before."""
         with self._lock:
-            if key == self._key:
+            if pause != self._pause:
+                self._pause, self._asked, self._answers = pause, set(), []
+            if ms in self._asked:
                 return
-            self._key, self._answer = key, None
-        threading.Thread(target=self._hear, args=(key, samples), name="mcp-listen-smart-turn", daemon=True).start()
+            self._asked.add(ms)
+        heard = samples()
+        threading.Thread(target=self._hear, args=(pause, heard), name="mcp-listen-smart-turn", daemon=True).start()
 
-    def _hear(self, key: int, samples: np.ndarray) -> None:
+    def _hear(self, pause: int, samples: np.ndarray) -> None:
         try:
-            probability = shared_smart_turn().least_probability(samples)
+            probability = shared_smart_turn().probability(samples)
         except Exception as exc:  # noqa: BLE001 - a missing model, onnxruntime's own errors: the words decide alone
             log.warning("The Smart Turn model failed (%s); end of turn by the words alone", type(exc).__name__)
             probability = math.nan
         with self._lock:
-            if self._key == key:
-                self._answer = probability
+            if self._pause == pause:
+                self._answers.append(probability)
 
-    def answer(self, key: int) -> tuple[bool, float | None]:
-        """(in, probability) for the pause `key`: (False, None) until it is in; NaN without a model."""
+    def answer(self, pause: int) -> tuple[bool, float | None]:
+        """(in, least sure answer) for the pause that began at sample `pause`: (False, None) until every
+        one of PAUSE_HEARD_MS is in; NaN without a model."""
         with self._lock:
-            return (self._key == key and self._answer is not None), (self._answer if self._key == key else None)
+            if pause != self._pause or len(self._answers) < len(PAUSE_HEARD_MS):
+                return False, None
+            return True, math.nan if any(math.isnan(a) for a in self._answers) else min(self._answers)

@@ -14,8 +14,8 @@ from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import HOLDING_MESSAGE, PARTIAL_PREFIX, RESUMED_MESSAGE, partial_message
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.speech.ending import NO_SIGNAL, TurnEnding, Verdict
-from mcp_listen.speech.listener import TRAILING_KEEP_MS, Listener, Plan
-from mcp_listen.speech.smart_turn import PAUSE_HEARD_SAMPLES
+from mcp_listen.speech.listener import Listener, Plan
+from mcp_listen.speech.smart_turn import ASK_AFTER_MS, PAUSE_HEARD_MS
 
 SPEECH, QUIET = 0.9, 0.05
 PRE_ROLL = Listener.PRE_ROLL_WINDOWS
@@ -236,10 +236,10 @@ class Voice:
     def __init__(self, probability=float("nan")) -> None:
         self.probability = probability
 
-    def ask(self, key, samples) -> None:
+    def ask(self, pause, ms, samples) -> None:
         pass
 
-    def answer(self, key):
+    def answer(self, pause):
         return True, self.probability
 
 
@@ -278,31 +278,35 @@ def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
 
 
 class Listening(Voice):
-    """An audio model that keeps what it was asked to hear, by the pause's key (where whisper's span ends)."""
+    """An audio model that keeps what it was asked to hear: (pause, ms, the samples, the window it came in)."""
 
     def __init__(self, probability=float("nan")) -> None:
         super().__init__(probability)
         self.heard: list = []
+        self.windows = 0
 
-    def ask(self, key, samples) -> None:
-        if not self.heard or self.heard[-1][0] != key:
-            self.heard.append((key, samples))  # as VoiceAtPause: the first ask for a pause is the one heard
+    def ask(self, pause, ms, samples) -> None:
+        if (pause, ms) not in [(p, m) for p, m, _, _ in self.heard]:
+            self.heard.append((pause, ms, samples(), self.windows))  # as VoiceAtPause: once per pause and ms
 
 
-def test_the_audio_model_hears_the_speech_and_the_pause_s_first_300_ms():
-    # speech/smart_turn.py takes its least sure answer with 0-300 ms of the pause; the key is where
-    # whisper's span ends: the word's 300 ms tail. The recording is under 8 s: heard from its start.
+def test_the_audio_model_hears_the_speech_with_each_part_of_the_pause_as_soon_as_it_is_recorded():
+    # speech/smart_turn.py takes its least sure answer with 0-300 ms of the pause; each is asked in the
+    # window that records it (none before ASK_AFTER_MS of pause). The recording is under 8 s: heard whole.
     voice = Listening()
     plan = Plan(max_ms=20000, stop_on_silence=True, silence_ms=1000, device=None, end_of_turn="smart")
     vad = ScriptedVAD(script((QUIET, 40), (SPEECH, 62)))
     listener = Listener(plan, None, None, Guessing("So I was"), vad=vad, voice=voice)
     while listener.on_window(np.full(WINDOW, listener.windows, dtype=np.int16)) is None:
-        pass
-    assert voice.heard
-    for key, samples in voice.heard:
-        speech_end = key - TRAILING_KEEP_MS * 16
-        assert len(samples) == speech_end + PAUSE_HEARD_SAMPLES
-        assert int(samples[-1]) == (speech_end + PAUSE_HEARD_SAMPLES - 1) // WINDOW  # the recording's own samples
+        voice.windows = listener.windows
+    speech_end = 102 * WINDOW
+    last = [(ms, samples, window) for pause, ms, samples, window in voice.heard if pause == speech_end]
+    assert [ms for ms, _, _ in last] == list(PAUSE_HEARD_MS)
+    for ms, samples, window in last:
+        assert len(samples) == speech_end + ms * 16
+        assert int(samples[-1]) == (speech_end + ms * 16 - 1) // WINDOW  # the recording's own samples
+        recorded_in = -(-(speech_end + max(ms, ASK_AFTER_MS) * 16) // WINDOW) - 1  # the window that records it
+        assert window in (recorded_in, recorded_in + 1), (ms, window, recorded_in)  # (+1: the pause counts windows)
 
 
 def test_a_held_pause_never_passes_the_recording_s_ceiling_and_then_ends_by_duration():

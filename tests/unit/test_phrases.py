@@ -242,9 +242,7 @@ def test_a_guess_short_of_sure_at_once_is_kept_when_the_next_detection_agrees():
 
 
 def test_a_fixed_language_is_never_detected():
-    worker = PhraseWorker(
-        lambda audio, prompt, lang, abort: (audio, lang), "fr", lambda a, b: pytest.fail("detected")
-    )
+    worker = PhraseWorker(lambda audio, prompt, lang, abort: (audio, lang), "fr", lambda a, b: pytest.fail("detected"))
     worker.detect("bonjour")
     assert worker.finish("bonjour") == "bonjour" and worker.language == "fr"
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mcp_listen.speech import smart_turn
-from mcp_listen.speech.smart_turn import HEARD_SAMPLES, PAUSE_HEARD_MS, VoiceAtPause, log_mel, shared_smart_turn
+from mcp_listen.speech.smart_turn import PAUSE_HEARD_MS, VoiceAtPause, log_mel, shared_smart_turn
 from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
 
 JFK = Path(__file__).resolve().parents[1] / "fixtures" / "turns" / "jfk.wav"
@@ -62,23 +62,21 @@ def test_short_audio_is_padded_at_the_front_as_the_model_was_trained():
     assert features[:, 700:].std() > 0.01
 
 
+def least_answer(samples: np.ndarray) -> float:
+    """What the listener's VoiceAtPause gets for `samples` (the speech, then 300 ms of pause): the least
+    of the model's answers with each of PAUSE_HEARD_MS of the pause."""
+    speech_end, model = len(samples) - max(PAUSE_HEARD_MS) * 16, shared_smart_turn()
+    return min(model.probability(samples[: speech_end + ms * 16]) for ms in PAUSE_HEARD_MS)
+
+
 def test_a_finished_sentence_sounds_finished():
-    assert shared_smart_turn().least_probability(then_quiet(read(JFK))) >= VOICE_THRESHOLD
-
-
-def test_the_listener_takes_the_least_sure_of_the_answers_with_more_and_more_of_the_pause():
-    samples, model = then_quiet(read(JFK)), shared_smart_turn()
-    speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
-    answers = [model.probability(samples[: speech_end + ms * 16]) for ms in PAUSE_HEARD_MS]
-    assert len(set(answers)) == len(PAUSE_HEARD_MS)  # each end is heard: no two answers alike
-    assert model.least_probability(samples) == pytest.approx(min(answers), abs=1e-6)
-    assert min(answers) < model.probability(samples)  # not the answer at the last end alone
+    assert least_answer(then_quiet(read(JFK))) >= VOICE_THRESHOLD
 
 
 @pytest.mark.parametrize("words", sorted(CUTS_S))
 def test_a_sentence_cut_mid_way_does_not(words):
     samples = read(JFK)
-    probability = shared_smart_turn().least_probability(then_quiet(samples, round(CUTS_S[words] * 16000)))
+    probability = least_answer(then_quiet(samples, round(CUTS_S[words] * 16000)))
     assert probability < VOICE_THRESHOLD
     assert not judge(f"{words}.", "en", probability).finished  # the words alone say as much here
 
@@ -93,14 +91,25 @@ def test_the_voice_decides_where_the_words_say_nothing():
     assert (ended.finished, ended.by) == (True, "words+voice")
 
 
-def test_the_listener_s_asker_answers_once_per_pause_off_its_thread():
+def test_the_listener_s_asker_answers_with_the_least_sure_of_its_answers_once_all_are_in():
     samples = then_quiet(read(JFK))
+    speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
+    answers = [shared_smart_turn().probability(samples[: speech_end + ms * 16]) for ms in PAUSE_HEARD_MS]
+    assert len(set(answers)) == len(PAUSE_HEARD_MS)  # each end heard: no two answers alike (0.69-0.82 here)
     voice = VoiceAtPause()
-    assert voice.answer(1) == (False, None)
-    voice.ask(1, samples[-HEARD_SAMPLES:])
+    assert voice.answer(speech_end) == (False, None)
+    for ms in PAUSE_HEARD_MS[:-1]:
+        voice.ask(speech_end, ms, lambda ms=ms: samples[: speech_end + ms * 16])
+        voice.ask(speech_end, ms, lambda: pytest.fail("asked twice"))
+    time.sleep(1)
+    assert voice.answer(speech_end) == (False, None)  # the last part of the pause is not heard yet
+    voice.ask(speech_end, PAUSE_HEARD_MS[-1], lambda: samples)
     deadline = time.monotonic() + 60
-    while not voice.answer(1)[0] and time.monotonic() < deadline:
+    while not voice.answer(speech_end)[0] and time.monotonic() < deadline:
         time.sleep(0.01)
-    done, probability = voice.answer(1)
-    assert done and probability is not None and probability >= VOICE_THRESHOLD
-    assert voice.answer(2) == (False, None)  # another pause: not asked
+    done, probability = voice.answer(speech_end)
+    assert done and probability == pytest.approx(min(answers), abs=1e-6)
+    assert probability < answers[-1]  # not the answer with the whole pause alone
+    assert voice.answer(speech_end + 1) == (False, None)  # another pause: not asked
+    voice.ask(speech_end + 1, 0, lambda: samples[:speech_end])
+    assert voice.answer(speech_end) == (False, None)  # a new pause forgets the one before
