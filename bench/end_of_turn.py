@@ -5,8 +5,9 @@
 --offline judges each signal alone on what the listener has when it asks, without the live rig: the
 end of speech where the server's Silero + endpointer put it (the clip after LEAD_MS of digital silence,
 as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
-audio model's least sure answer over smart_turn.PAUSE_HEARD_MS past it (`p`; `voice_ms` the four answers'
-time, `last_answer_ms` the last one's: what is left once the pause is heard) and each answer alone (`p@T`). The signals: the text rule as it was (whisper's full stop believed), the words
+audio model's least sure answer over smart_turn.PAUSE_HEARD_MS past it (`p`; `answers` worked out until
+one decides, their `voice_ms`, `last_answer_ms` the last one's: what is left once the pause is heard) and
+each answer alone (`p@T`). The signals: the text rule as it was (whisper's full stop believed), the words
 without that full stop (speech/turns.py), the audio model, and the rule that combines them
 (speech/turns.py `judge`), at each threshold and with one answer at each end in place of the least;
 silence alone ends every pause.
@@ -88,13 +89,17 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
             began = time.perf_counter()
             each[f"p@{ms}"] = round(voice.probability(e["samples"][: end + 16 * ms]), 3)
             ms_each.append((time.perf_counter() - began) * 1000)
-        p, voice_ms = min(each.values()), sum(ms_each)
+        worked = next(
+            (i + 1 for i, q in enumerate(each.values()) if q < VOICE_THRESHOLD), len(each)
+        )  # VoiceAtPause stops there
+        p, voice_ms = min(each.values()), sum(ms_each[:worked])
         rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "batch": e.get("batch", 1), "word": e.get("word"),
                      "gap_ms": e.get("gap_ms"), "text": "".join(s.text for s in pieces).strip(), "end_past_cut_ms": (end - e["pause_at"]) // 16,
-                     "p": p, **each, "voice_ms": round(voice_ms, 1), "last_answer_ms": round(ms_each[-1], 1), "silence": True})  # fmt: skip
+                     "p": p, **each, "answers": worked, "voice_ms": round(voice_ms, 1), "last_answer_ms": round(ms_each[-1], 1), "silence": True})  # fmt: skip
         print(rows[-1], flush=True)
     return {"rows": rows, "signals": score(rows), **breakdown(rows, f"judge@{VOICE_THRESHOLD}"),
-            "voice_ms": summary(r["voice_ms"] for r in rows), "last_answer_ms": summary(r["last_answer_ms"] for r in rows),
+            "answers": summary(r["answers"] for r in rows), "voice_ms": summary(r["voice_ms"] for r in rows),
+            "last_answer_ms": summary(r["last_answer_ms"] for r in rows),
             "one_answer": one_answer(rows, PAUSE_HEARD_MS)}  # fmt: skip
 
 

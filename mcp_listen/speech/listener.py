@@ -35,7 +35,7 @@ from mcp_listen.speech.ending import TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
 from mcp_listen.speech.phrases import PhraseCutter
 from mcp_listen.speech.smart_turn import ASK_AFTER_MS, HEARD_SAMPLES, PAUSE_HEARD_MS, VoiceAtPause
-from mcp_listen.speech.turns import judge
+from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
 from mcp_listen.speech.vad import shared_vad
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ class Listener:
             self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
             self.speech_detected = False
         self.ending = TurnEnding(plan.end_of_turn, endpoint_config(plan).silence_ms, plan.max_pause_ms)
-        self.voice = voice if voice is not None else VoiceAtPause() if self.ending.smart else None
+        self.voice = voice if voice is not None else VoiceAtPause(VOICE_THRESHOLD) if self.ending.smart else None
         self._held = False
         """The holding message was reported for the pause in progress."""
 
@@ -429,7 +429,7 @@ class Listener:
             phrases.speculate(self._audio(*key), key)
 
     def _ask_the_voice(self, endpointer: EndpointDecider) -> None:
-        """ "smart", in a pause of ASK_AFTER_MS or more: the audio model hears the last 8 s of speech with
+        """In a pause of ASK_AFTER_MS or more ("smart"): the audio model hears the last 8 s of speech with
         each of PAUSE_HEARD_MS of the pause as soon as it is recorded (VoiceAtPause keeps one ask each)."""
         end = self.speech_end_frame
         if self.voice is None or end is None or endpointer.silence_ms < ASK_AFTER_MS:

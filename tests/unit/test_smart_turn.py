@@ -91,12 +91,19 @@ def test_the_voice_decides_where_the_words_say_nothing():
     assert (ended.finished, ended.by) == (True, "words+voice")
 
 
+def answered(voice: VoiceAtPause, pause: int) -> tuple[bool, float | None]:
+    deadline = time.monotonic() + 60
+    while not voice.answer(pause)[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return voice.answer(pause)
+
+
 def test_the_listener_s_asker_answers_with_the_least_sure_of_its_answers_once_all_are_in():
     samples = then_quiet(read(JFK))
     speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
     answers = [shared_smart_turn().probability(samples[: speech_end + ms * 16]) for ms in PAUSE_HEARD_MS]
     assert len(set(answers)) == len(PAUSE_HEARD_MS)  # each end heard: no two answers alike (0.69-0.82 here)
-    voice = VoiceAtPause()
+    voice = VoiceAtPause(VOICE_THRESHOLD)
     assert voice.answer(speech_end) == (False, None)
     for ms in PAUSE_HEARD_MS[:-1]:
         voice.ask(speech_end, ms, lambda ms=ms: samples[: speech_end + ms * 16])
@@ -104,12 +111,21 @@ def test_the_listener_s_asker_answers_with_the_least_sure_of_its_answers_once_al
     time.sleep(1)
     assert voice.answer(speech_end) == (False, None)  # the last part of the pause is not heard yet
     voice.ask(speech_end, PAUSE_HEARD_MS[-1], lambda: samples)
-    deadline = time.monotonic() + 60
-    while not voice.answer(speech_end)[0] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    done, probability = voice.answer(speech_end)
+    done, probability = answered(voice, speech_end)
     assert done and probability == pytest.approx(min(answers), abs=1e-6)
     assert probability < answers[-1]  # not the answer with the whole pause alone
     assert voice.answer(speech_end + 1) == (False, None)  # another pause: not asked
     voice.ask(speech_end + 1, 0, lambda: samples[:speech_end])
     assert voice.answer(speech_end) == (False, None)  # a new pause forgets the one before
+
+
+def test_one_answer_under_the_threshold_holds_the_pause_and_the_rest_are_not_worked_out():
+    samples = then_quiet(read(JFK), round(CUTS_S["ask what you can do for your"] * 16000))
+    speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
+    voice = VoiceAtPause(VOICE_THRESHOLD)
+    voice.ask(speech_end, 0, lambda: samples[:speech_end])
+    done, probability = answered(voice, speech_end)  # in with one answer of four
+    assert done and probability is not None and probability < VOICE_THRESHOLD
+    for ms in PAUSE_HEARD_MS[1:]:
+        voice.ask(speech_end, ms, lambda: pytest.fail("worked out after the pause was held"))
+    assert voice.answer(speech_end) == (True, probability)
