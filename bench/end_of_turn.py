@@ -13,10 +13,11 @@ without that full stop (speech/turns.py), the audio model, and the rule that com
 silence alone ends every pause.
 
 Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
-clip's language), once per mode; a clip whose pause comes over PAUSE_BY_MS in begins later (`played`). The turn *ended at the pause* when the result's recording ends within
-the pause, and not by duration_ms. For finished turns that ended there: the result's
-arrival after the last loud sample before the pause (play start + its offset; the playback latency is
-the same in both modes), minus silence_ms. The server's CPU seconds per utterance, per mode.
+clip's language), once per mode; a clip whose pause comes over PAUSE_BY_MS in begins later (`played`).
+The turn *ended at the pause* when the result's recording ends within the pause, and not by
+duration_ms. For finished turns that ended there: the result's arrival after the last loud sample
+before the pause (play start + its offset; the playback latency is the same in both modes), minus
+silence_ms. The server's CPU seconds per utterance, per mode.
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, to
 
 def played(entry: dict) -> dict:
     """`entry` as played live: a clip whose pause comes later than PAUSE_BY_MS into it (seven long
-    prompts; a call records at most 30 s) begins in the quietest 100 ms of the 2 s before that point."""
+    prompts; a call records at most 30 s) begins 2 s or less after the point PAUSE_BY_MS before the
+    pause, in the quietest 100 ms there."""
     late = entry["pause_at"] - 16 * PAUSE_BY_MS
     if late <= 0:
         return entry

@@ -20,8 +20,7 @@ from mcp_listen.contract.limits import WINDOW_MS
 from mcp_listen.speech.endpoint import SILENCE_THRESHOLD
 
 Transcribe = Callable[[Any, str, str, threading.Event], tuple[str, str]]
-"""transcribe(int16 audio, prompt, language, abort) -> (text, language heard, how sure whisper was of
-the last word, 0-1 or None); raises on failure."""
+"""transcribe(int16 audio, prompt, language, abort) -> (text, language heard); raises on failure."""
 
 Detect = Callable[[Any, threading.Event], tuple[str, float]]
 """detect(int16 audio, abort) -> (language heard, whisper's probability for it); raises on failure."""

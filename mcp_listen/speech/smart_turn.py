@@ -43,8 +43,8 @@ PAUSE_HEARD_MS = (0, 100, 200, 300)
 """The model hears the speech with each of these ms of the pause after it, and the turn sounds finished
 only when it does in every one (`VoiceAtPause.answer`: the least sure answer). Its answer swings with
 where the window ends (a Spanish prompt cut before "y": 0.13, 0.76, 0.21 at 0, 100, 300 ms), and the
-more of the pause it hears the surer it is that the turn is over: one answer at 300 ms let go of 28
-of the bench's 57 thinking pauses, the least of the four 5 (bench/README.md)."""
+more of the pause it hears the surer it is that the turn is over: with the words, one answer at 300 ms
+let go of 19 of the bench's 57 thinking pauses, the least of the four 5 (bench/README.md)."""
 ASK_AFTER_MS = 100
 """No answer is asked before the pause has lasted this long: each costs ~90 ms of CPU, and a breath
 between words ends sooner."""
@@ -157,9 +157,9 @@ class VoiceAtPause:
     the pause goes on: the listener asks for each of PAUSE_HEARD_MS as soon as that much of the pause is
     recorded (`ask`, returns at once), so only the last answer is left to wait for when whisper's words
     come in, and reads the least of them (`answer`). Once one answer is under `finished_from` the least
-    can only be lower: the pause is held, and the answers after it are not worked out (a thinking pause
-    costs one, ~90 ms of CPU, a finished turn four). A model that cannot load answers NaN: the words
-    decide alone."""
+    can only be lower: the pause is held, and the answers after it are not worked out (on the bench a
+    thinking pause cost 1.4 answers, ~90 ms of CPU each, a finished turn 3.7). A model that cannot
+    load answers NaN: the words decide alone."""
 
     def __init__(self, finished_from: float) -> None:
         self.finished_from = finished_from
