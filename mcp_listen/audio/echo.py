@@ -173,6 +173,10 @@ class Aligner:
         self.heard_db: float | None = None
         """The microphone's level over the last second measured."""
 
+    def restart(self) -> None:
+        """Drop the windows collected so far (their references were taken on a clock that has since moved)."""
+        self._near, self._far, self._collected = [], [], 0
+
     def add(self, near: Any, far: Any) -> bool:
         """One window and the reference it was cleaned with; True when the lead just changed (the
         canceller starts afresh then: measured, AEC3 adapted to one delay takes seconds to follow a
@@ -185,7 +189,7 @@ class Aligner:
         if self._collected >= ALIGN_SAMPLES:
             near = _joined(self._near)
             lag = echo_lag_s(near, _joined(self._far))
-            self._near, self._far, self._collected = [], [], 0
+            self.restart()
             self.heard_db = level_db(near)
             if lag is None and self.heard_db > QUIET_DB:
                 log.info("no echo of the speech found, the microphone at %.0f dBFS: measuring again", self.heard_db)

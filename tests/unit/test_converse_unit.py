@@ -269,20 +269,27 @@ class ModelledEcho:
 
 
 class FoundEcho:
-    """An Aligner that finds an echo in the first `windows` windows with a reference (the constant test windows
-    hold none a correlation could find)."""
+    """An Aligner that finds an echo once it has had `windows` windows (the constant test windows hold none a
+    correlation could find). Here windows come faster than real time, so the stream's clock moves at each
+    and the turn restarts the measurement on the windows it kept (engine/barge.py): this one measures
+    nothing, so it keeps counting, each window once."""
 
     made = 0
 
     def __init__(self, windows: int) -> None:
         from mcp_listen.audio.echo import SEARCH_LEAD_S
 
-        self.lead_s, self.measured_lag_s, self.done, self._left = SEARCH_LEAD_S, None, False, windows
+        self.lead_s, self.measured_lag_s, self.done, self._windows = SEARCH_LEAD_S, None, False, windows
+        self._seen: set[int] = set()
         FoundEcho.made += 1
 
+    def restart(self) -> None: ...
+
     def add(self, near: Any, far: Any) -> bool:
-        self._left -= 1
-        if self._left == 0:
+        if self.done:
+            return False
+        self._seen.add(int(near[0]))
+        if len(self._seen) == self._windows:
             self.done, self.measured_lag_s = True, 0.05
             return True
         return False
@@ -599,6 +606,60 @@ def test_once_the_delay_is_measured_an_earlier_window_arrival_no_longer_moves_th
     steady, crept = references(early_at=10**6), references(early_at=40)
     assert all(np.array_equal(a, b) for a, b in zip(steady, crept, strict=True))
     assert not np.array_equal(references(early_at=10)[15], steady[15])  # before it is measured, the clock moves
+
+
+class TaughtEcho(ModelledEcho):
+    """ModelledEcho that keeps what it is taught: (the window, its reference) pairs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taught: list[tuple[Any, Any]] = []
+
+    def learn(self, near: Any, far: Any) -> None:
+        self.taught.append((near, far))
+
+
+def test_a_window_clock_that_moves_while_the_delay_is_measured_leaves_one_delay_in_what_is_measured_and_taught(
+    monkeypatch,
+):
+    """On a busy machine the first windows come late, and the stream's clock moves (1-8 ms on the test rig)
+    when one first comes on time, about 0.6 s into the speech. The references collected before were taken on
+    the old clock: the delay is measured on the windows kept, their references taken on the moved clock, and
+    the echo model is taught every window of the second at that one delay."""
+    import numpy as np
+    import soxr
+
+    import mcp_listen.engine.barge as barge
+    from mcp_listen.audio.echo import ALIGNED_LEAD_S
+
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    played = (np.random.default_rng(5).standard_normal(16000 * 4) * 3000).astype(np.int16)
+    heard = np.asarray(soxr.ResampleStream(16000, 16000, 1, dtype="int16", quality="MQ").resample_chunk(played))
+    delay = 640  # the echo 40 ms behind the speech
+    echo = np.concatenate([np.zeros(delay, np.int16), heard])
+    playback, model = FakePlayback(), TaughtEcho()
+
+    class EchoWindows(Mic):
+        def __iter__(self):
+            for i in range(self.count):
+                late = 0.003 if i < 20 else 0.0  # the clock moves at window 20
+                clock.now = 1000.0 + (i + 1) * WINDOW_S + Mic.latency_s + late
+                if i == 0:
+                    speaker = SimpleNamespace(device_rate=16000, tap=None)
+                    playback.on_open(speaker)  # type: ignore[attr-defined]
+                    speaker.tap(played, 1000.0, False)  # heard from the stream's first sample on
+                yield echo[i * 512 : (i + 1) * 512]
+
+    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), model)  # type: ignore[arg-type]
+    list(turn.windows(EchoWindows(40, lambda i: None), lambda: None))
+
+    assert turn.aligner.measured_lag_s is not None and turn.aligned_window is not None
+    lead = round(ALIGNED_LEAD_S * 16000)
+    taught = [(near, far) for near, far in model.taught[: len(model.taught) // barge.REPLAY_PASSES] if near.any()]
+    assert len(taught) >= 25  # the second before the delay was measured, the clock's move inside it
+    lags = {int(np.argmax(np.correlate(near.astype(float), far.astype(float), "full"))) - 511 for near, far in taught}
+    assert lags == {lead}, lags  # every taught window's echo just behind its reference
 
 
 def test_a_stopped_speech_leaves_no_reference_beyond_what_was_heard():
