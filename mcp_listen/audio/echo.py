@@ -173,6 +173,11 @@ class Aligner:
         self.heard_db: float | None = None
         """The microphone's level over the last second measured."""
 
+    @property
+    def collected_windows(self) -> int:
+        """The windows of the measurement under way (those whose reference held sound, since it began)."""
+        return len(self._near)
+
     def restart(self) -> None:
         """Drop the windows collected so far (their references were taken on a clock that has since moved)."""
         self._near, self._far, self._collected = [], [], 0

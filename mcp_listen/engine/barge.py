@@ -297,11 +297,15 @@ class BargeIn(SpeechFirst):
         two delays, and the echo model, taught it, explained the echo by -3 dB (median; +3 to -23), where a
         turn whose clock held still was taught to -28 dB (-19 to -34); moves under 1 ms did as much harm.
         The model then counted as learnt only 2.5-3 s later, or not before the user cut in, and the rule on
-        AEC3 alone missed them in 4 of 14 turns. So the measurement starts again on the windows kept, their
-        references taken on the moved clock: 20 of 20 such turns were then taught to -15 to -32 dB and
-        caught the user by the echo model. True when that completed the measurement."""
+        AEC3 alone missed them in 4 of 14 turns. So the measurement starts again on the windows it had
+        collected (no older ones: one begun afresh after a gap, or after a second with no echo found, stays
+        so), their references taken on the moved clock: 20 of 20 such turns were then taught to -15 to
+        -32 dB and caught the user by the echo model. True when that completed the measurement."""
+        collected = self.aligner.collected_windows
         self.aligner.restart()
-        return any(self.aligner.add(w, far.reference(self._heard_from(c), self.aligner.lead_s)) for w, c in self._heard)
+        lead = self.aligner.lead_s
+        sounding = [(w, r) for w, c in self._heard if (r := far.reference(self._heard_from(c), lead)).any()]
+        return any(self.aligner.add(w, r) for w, r in sounding[max(0, len(sounding) - collected) :])
 
     def _follow_aec3(self, window: Any, clean: Any, reference: Any) -> None:
         """Whether AEC3 has learnt the echo path since the delay was measured: once it takes the echo of loud

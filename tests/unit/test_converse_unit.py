@@ -283,6 +283,10 @@ class FoundEcho:
         self._seen: set[int] = set()
         FoundEcho.made += 1
 
+    @property
+    def collected_windows(self) -> int:
+        return len(self._seen)
+
     def restart(self) -> None: ...
 
     def add(self, near: Any, far: Any) -> bool:
@@ -660,6 +664,54 @@ def test_a_window_clock_that_moves_while_the_delay_is_measured_leaves_one_delay_
     assert len(taught) >= 25  # the second before the delay was measured, the clock's move inside it
     lags = {int(np.argmax(np.correlate(near.astype(float), far.astype(float), "full"))) - 511 for near, far in taught}
     assert lags == {lead}, lags  # every taught window's echo just behind its reference
+
+
+class KeptWindows:
+    """An Aligner that never finds the echo and keeps the numbers of the windows of its measurement under way."""
+
+    def __init__(self) -> None:
+        from mcp_listen.audio.echo import SEARCH_LEAD_S
+
+        self.lead_s, self.measured_lag_s, self.done, self.kept = SEARCH_LEAD_S, None, False, []
+
+    @property
+    def collected_windows(self) -> int:
+        return len(self.kept)
+
+    def restart(self) -> None:
+        self.kept = []
+
+    def add(self, near: Any, far: Any) -> bool:
+        if far.any():
+            self.kept.append(int(near[0]))
+        return False
+
+
+def test_a_measurement_begun_afresh_after_a_gap_takes_no_window_from_before_it_when_the_clock_moves(monkeypatch):
+    """The device ran dry at window 10 (the echo's delay may have moved), so the delay is measured afresh from
+    there; when the clock then moves (window 15 comes on time, those before it 3 ms late), the measurement
+    starts again on its own windows, 10 on, their references on the moved clock, and none from before the gap."""
+    import numpy as np
+
+    import mcp_listen.engine.barge as barge
+
+    made: list[KeptWindows] = []
+    monkeypatch.setattr(barge, "Aligner", lambda: made.append(KeptWindows()) or made[-1])
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    playback, speaker = FakePlayback(), SimpleNamespace(device_rate=16000, tap=None)
+
+    def during(i: int) -> None:
+        clock.now = 1000.0 + (i + 1) * WINDOW_S + (0.003 if i < 15 else 0.0)
+        if i == 0:
+            playback.on_open(speaker)  # type: ignore[attr-defined]
+        if i in (0, 10):
+            speaker.tap(np.full(1600 if i == 0 else 48000, 500, dtype=np.int16), clock.now, i == 10)  # 0.1 s, 3 s
+
+    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), ModelledEcho())  # type: ignore[arg-type]
+    list(turn.windows(Windows(20, during), lambda: None))
+    assert len(made) == 2  # the first measurement, and the one begun afresh after the gap
+    assert made[-1].kept and min(made[-1].kept) >= 10 and made[-1].kept[-1] == 19, made[-1].kept
 
 
 def test_a_stopped_speech_leaves_no_reference_beyond_what_was_heard():
