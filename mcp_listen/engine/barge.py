@@ -153,6 +153,7 @@ class BargeIn(SpeechFirst):
         the echo model once the delay is known."""
         self._anchor: float | None = None
         self._latency_s = 0.0
+        """The microphone's input latency (set as the turn starts): a window is heard that long before it arrives."""
         self._count = 0
         self._unlearnt = 0
         self._resets = 0
@@ -181,14 +182,14 @@ class BargeIn(SpeechFirst):
         self._vad.reset()
         self.playback.start(self._text, self._speed)
         self._started = True
-        latency = microphone.latency_s
+        latency = self._latency_s = microphone.latency_s
         recent: deque[tuple[Any, Any, Explained | None]] = deque(maxlen=PRE_ROLL_WINDOWS)
         probabilities: deque[float] = deque(maxlen=max(ONSET_WINDOWS, STRICT_WINDOWS))
         measures: deque[Explained | None] = deque(maxlen=ONSET_WINDOWS)
         heard = iter(microphone)
         by_model = no_echo = False
         for window in heard:
-            clean, left, explained = self._cleaned(window, latency)
+            clean, left, explained = self._cleaned(window)
             if self.playback.ended.is_set():
                 yield from self._after_the_speech(window, heard, latency, on_listening)
                 return
@@ -205,7 +206,7 @@ class BargeIn(SpeechFirst):
                 yield from pre_roll(list(recent), by_model, no_echo)
                 break
         for window in heard:
-            clean, left, _ = self._cleaned(window, latency)
+            clean, left, _ = self._cleaned(window)
             yield left if by_model or no_echo else clean
 
     def _user_talks(self, probabilities: deque[float], measures: deque[Explained | None], by_model: bool) -> bool:
@@ -240,7 +241,7 @@ class BargeIn(SpeechFirst):
         self._far = FarEnd(speaker.device_rate)
         speaker.tap = self._far.played
 
-    def _cleaned(self, window: Any, input_latency_s: float) -> tuple[Any, Any, Explained | None]:
+    def _cleaned(self, window: Any) -> tuple[Any, Any, Explained | None]:
         """The stream's next window without the echo of what was played while it was heard: AEC3's output,
         the microphone less the linear echo model's prediction, and how much the model left unexplained
         (the window itself twice, and None, before anything was played).
@@ -257,7 +258,6 @@ class BargeIn(SpeechFirst):
         moved = self._anchor is not None and self._anchor - anchor >= 1 / SAMPLE_RATE
         if self._anchor is None or not self.aligner.done:
             self._anchor = anchor
-        self._latency_s = input_latency_s
         far = self._far
         if far is None:
             return window, window, None
