@@ -9,6 +9,7 @@ It decides nothing about audio.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -20,12 +21,14 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from mcp_listen import package_version
 from mcp_listen.contract import arguments, limits, results
 from mcp_listen.contract.limits import DEFAULT_DEVICE_KIND
 from mcp_listen.contract.results import Tools, wire
 from mcp_listen.errors import Cancelled, ListenError
+from mcp_listen.server import params as params_words
 from mcp_listen.server import prompts
 from mcp_listen.server.calls import Call, InFlight
 from mcp_listen.server.ledger import Ledger, LedgerReads, LedgerWrites, MessageKinds
@@ -349,7 +352,26 @@ def build_server(engine: Tools) -> Server:
         on_get_prompt=get_prompt,
     )
     server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, in_flight.cancelled)
+    server.middleware.append(worded_params)
     return server
+
+
+async def worded_params(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Middleware: a request's invalid params are answered naming the field, what it must be and
+    the value (server/params.py); the SDK alone says "Invalid request parameters" and nothing more.
+    A legal progress token the SDK's type refuses (1.5) is dropped and the call goes ahead."""
+    if ctx.request_id is None:  # a notification: the SDK drops a malformed one, there is no one to answer
+        return await call_next(ctx)
+    refused, drop = params_words.token_problem(ctx.method, ctx.params)
+    if refused:
+        raise MCPError(types.INVALID_PARAMS, refused)
+    if drop:
+        ctx = dataclasses.replace(ctx, params=params_words.without_token(ctx.params))
+    try:
+        return await call_next(ctx)
+    except ValidationError as exc:
+        words = params_words.problem(ctx.method, exc.errors(include_url=False), ctx.params)
+        raise MCPError(types.INVALID_PARAMS, words) from None
 
 
 async def serve_stdio(engine: Tools, stdin: Any = None) -> None:
@@ -370,5 +392,6 @@ MESSAGE_KINDS = MessageKinds(
     error=types.JSONRPCError,
     invalid_params=types.INVALID_PARAMS,
     invalid_request=types.INVALID_REQUEST,
+    era_key=types.PROTOCOL_VERSION_META_KEY,
 )
 """What the stdin ledger (ledger.py, mcp-free) needs to tell the SDK's messages apart."""

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MessageKinds:
-    """The SDK's JSON-RPC message classes, and its invalid-params and invalid-request error codes."""
+    """The SDK's JSON-RPC message classes, its invalid-params and invalid-request error codes, and the
+    `_meta` key whose presence on the first request opens the 2026-07-28 era (no initialize)."""
 
     request: Any
     notification: Any
@@ -27,6 +28,7 @@ class MessageKinds:
     error: Any
     invalid_params: int
     invalid_request: int
+    era_key: str
 
 
 EOF_GRACE_S = 1.0
@@ -61,7 +63,10 @@ class Ledger:
     worked on (a `tools/call` written just before EOF went unanswered every time). The
     read side therefore ends only once every request read has been answered, or after
     EOF_GRACE_S. It also rewords the SDK's bare "Invalid request parameters" for a
-    request sent before `initialize` into what the client must do.
+    request sent before `initialize` into what the client must do. Only in the 2025 era:
+    a connection whose first request carries the 2026-07-28 envelope has no handshake
+    (mcp/server/runner.py, `serve_dual_era_loop`, decides the era on that request, as here),
+    and its errors already say what is wrong (server/params.py).
     """
 
     def __init__(self, on_eof: Callable[[], None], kinds: MessageKinds) -> None:
@@ -70,22 +75,31 @@ class Ledger:
         self.early: dict[Any, str] = {}
         self.refused: dict[Any, str] = {}
         self.initialize_seen = False
+        self.era: str | None = None
+        """"2025" or "2026-07-28", from the first request read; None before it."""
         self.on_eof = on_eof
 
     def inbound(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, self.kinds.request):
             self.open.add(message.id)
+            if self.era is None:
+                self.era = "2026-07-28" if self._opens_modern(message) else "2025"
             if message.method == OVERSIZED_METHOD:
                 self.refused[message.id] = TOO_LARGE.format_map(message.params or {})
             elif message.method == NOT_UNICODE_METHOD:
                 self.refused[message.id] = NOT_UNICODE.format_map(message.params or {})
             elif message.method == "initialize":
                 self.initialize_seen = True
-            elif not self.initialize_seen and message.method != "ping":
+            elif self.era == "2025" and not self.initialize_seen and message.method != "ping":
                 self.early[message.id] = message.method
         elif isinstance(message, self.kinds.notification) and message.method == "notifications/cancelled":
             self.open.discard((message.params or {}).get("requestId"))  # a cancelled request gets no answer
+
+    def _opens_modern(self, message: Any) -> bool:
+        """The SDK's rule for the first request: any but initialize with the era's `_meta` key."""
+        meta = (message.params or {}).get("_meta") if isinstance(message.params, dict) else None
+        return message.method != "initialize" and isinstance(meta, dict) and self.kinds.era_key in meta
 
     def reword(self, item: Any) -> Any:
         """An answer on its way out: the init gate's error says what to do."""
