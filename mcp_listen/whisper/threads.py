@@ -1,5 +1,6 @@
 """How many threads whisper.cpp gets for the next piece: the CPUs this process may run on, less the
-ones other programs are using now, less one more while pieces run much slower than usual.
+ones other programs are using now (over the last second or so); where that cannot be read, less one
+more while pieces run much slower than usual.
 
 Why not a fixed count: ggml's threads wait for each other at every step of the graph, so one thread
 that shares a core with a busy program stalls all the others. Measured on 2 cores with one core kept
@@ -8,10 +9,19 @@ busy by another process: a 10.7 s dictation waited 17.9 s after the user stopped
 `MAX_AUTO_THREADS`), so the quiet figures do not change.
 
 What "in use by others" means: the machine's busy time on our CPUs (Linux's /proc/stat, per CPU)
-between two readings, less this process's own CPU time. Time of niced programs counts at
+over at least `WINDOW_S`, less this process's own CPU time. Time of niced programs counts at
 `NICED_WEIGHT`: the scheduler gives a nice-10 program about a tenth of a core against ours, so it
-takes little from whisper. Where /proc/stat is missing (macOS, Windows) only the slow-piece rule
-adapts. `MCP_LISTEN_WHISPER_THREADS`, when set, fixes the count and none of this runs.
+takes little from whisper. A shorter window is noise: /proc/stat counts in 10 ms ticks, so over
+0.1 s on 2 CPUs one tick either way is a tenth of a CPU, and a quiet machine read as half a CPU
+busy lost a thread.
+
+Where /proc/stat is missing (macOS, Windows) the slow-piece rule adapts instead: a pass much slower
+than the best recent one of the same encoder context drops a thread. Only passes of the same context
+compare: whisper's encoder runs at least 512 frames (10 s), so a 1.2 s piece costs several times more
+per second of audio than a 7 s one, and comparing per second of audio dropped a thread on a quiet
+machine (bench/README.md, "Whisper's thread choice"). Where the busy time can be read, other
+programs are seen directly and the slow-piece rule stays off: it could only add false drops.
+`MCP_LISTEN_WHISPER_THREADS`, when set, fixes the count and none of this runs.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ NICED_WEIGHT = 0.25
 """The share of a niced program's CPU time that counts as taken from whisper."""
 
 SLOW_RATIO = 1.8
-"""A piece this many times slower per second of audio than the best recent one on the same count
+"""A pass this many times slower than the best recent one on the same count and encoder context
 means the threads are waiting for each other: the next piece gets one thread less."""
 
 RECOVERED_RATIO = 1.25
@@ -45,8 +55,15 @@ MIN_TIMED_AUDIO_S = 1.0
 MIN_READING_S = 0.1
 """Two CPU readings closer than this are too noisy to say what is busy: the last estimate stands."""
 
+WINDOW_S = 1.0
+"""The busy time of others is measured over at least this long when the readings go back so far
+(the first second of a server takes what it has, from MIN_READING_S)."""
+
+KEPT_READINGS = 64
+"""Readings kept for the window: choose() runs a few times a second at most."""
+
 RECENT_PIECES = 8
-"""How many pieces per thread count the 'best recent' speed is taken from."""
+"""How many passes per thread count and encoder context the 'best recent' time is taken from."""
 
 STAT_PATH = "/proc/stat"
 
@@ -96,7 +113,8 @@ class CpuMeter:
         self._clock = clock
         self._own = own_cpu_s
         self._cpus = _affinity() if cpus is None else cpus
-        self._last = self.read()
+        first = self.read()
+        self._readings: deque[Reading] = deque([first] if first is not None else [], maxlen=KEPT_READINGS)
         self._others: float | None = None  # none yet: the first interval was too short
 
     def read(self) -> Reading | None:
@@ -125,21 +143,33 @@ class CpuMeter:
         return Reading(busy, total, seen, self._own(), self._clock()) if seen else None
 
     def others(self) -> float | None:
-        """CPUs' worth of time other programs used since the last reading (None: not measurable here,
-        or no reading far enough back yet)."""
+        """CPUs' worth of time other programs used over the last WINDOW_S or so (None: not measurable
+        here, or no reading far enough back yet)."""
         now = self.read()
-        last = self._last
-        if now is None or last is None:
-            self._last = now
+        if now is None:
+            self._readings.clear()
             return None
-        wall = now.at - last.at
-        if wall < MIN_READING_S or now.total <= last.total:
+        since = self._window_start(now)
+        self._readings.append(now)
+        if since is None:
             return self._others
-        busy_cpus = now.cpus * (now.busy - last.busy) / (now.total - last.total)
-        own_cpus = max(0.0, now.own_s - last.own_s) / wall
+        wall = now.at - since.at
+        busy_cpus = now.cpus * (now.busy - since.busy) / (now.total - since.total)
+        own_cpus = max(0.0, now.own_s - since.own_s) / wall
         self._others = max(0.0, busy_cpus - own_cpus)
-        self._last = now
         return self._others
+
+    def _window_start(self, now: Reading) -> Reading | None:
+        """The reading to measure from: the latest one at least WINDOW_S old, else the oldest one at
+        least MIN_READING_S old; older readings are let go."""
+        usable = [r for r in self._readings if now.at - r.at >= MIN_READING_S and now.total > r.total]
+        if not usable:
+            return None
+        old_enough = [r for r in usable if now.at - r.at >= WINDOW_S]
+        start = old_enough[-1] if old_enough else usable[0]
+        while self._readings and self._readings[0] is not start:
+            self._readings.popleft()
+        return start
 
 
 @dataclass(frozen=True)
@@ -169,7 +199,8 @@ class ThreadPolicy:
         self._meter = meter if meter is not None or fixed is not None else CpuMeter()
         self._dropped = 0
         self._good = 0
-        self._speeds: dict[int, deque[float]] = {}
+        self._times: dict[tuple[int, int], deque[float]] = {}
+        self._measured = False
         self._lock = threading.Lock()
 
     def choose(self) -> Choice:
@@ -178,6 +209,7 @@ class ThreadPolicy:
             return Choice(self.fixed, "set by MCP_LISTEN_WHISPER_THREADS")
         with self._lock:  # the phrase worker and a call's thread may ask at once: one reading each
             others = self._meter.others() if self._meter is not None else None
+            self._measured = others is not None
             free = self.ceiling if others is None else min(self.ceiling, int(self.cpus - others + 0.5))
             threads = max(1, free - self._dropped)
             reason = f"{self.cpus} usable CPU{'s' if self.cpus != 1 else ''}"
@@ -190,24 +222,29 @@ class ThreadPolicy:
     def timed(self) -> dict[int, int]:
         """How many recent passes were timed on each thread count (what the policy has learnt)."""
         with self._lock:
-            return {threads: len(speeds) for threads, speeds in self._speeds.items()}
+            counts: dict[int, int] = {}
+            for (threads, _), times in self._times.items():
+                counts[threads] = counts.get(threads, 0) + len(times)
+            return counts
 
-    def record(self, threads: int, audio_s: float, elapsed_s: float) -> None:
-        """How long a pass of `audio_s` seconds took on `threads`: drop a thread when it ran much
-        slower than the best recent pass on the same count, give it back after `GOOD_TO_RECOVER` passes
-        at the usual speed."""
+    def record(self, threads: int, audio_s: float, elapsed_s: float, context: int = 0) -> None:
+        """How long a pass of `audio_s` seconds took on `threads` with an encoder `context` (whisper's
+        audio_ctx, 0 the full window). Where other programs' CPU time cannot be read: drop a thread
+        when it ran much slower than the best recent pass on the same count and context, give it back
+        after `GOOD_TO_RECOVER` passes at the usual speed."""
         if self.fixed is not None or audio_s < MIN_TIMED_AUDIO_S or elapsed_s <= 0:
             return
-        speed = elapsed_s / audio_s
         with self._lock:
-            recent = self._speeds.setdefault(threads, deque(maxlen=RECENT_PIECES))
+            if self._measured:  # the meter sees other programs; slow passes say nothing more
+                return
+            recent = self._times.setdefault((threads, context), deque(maxlen=RECENT_PIECES))
             best = min(recent) if recent else None
-            recent.append(speed)
+            recent.append(elapsed_s)
             if best is None:
                 return
-            if speed > SLOW_RATIO * best:
+            if elapsed_s > SLOW_RATIO * best:
                 self._dropped, self._good = min(self._dropped + 1, self.ceiling - 1), 0
-            elif speed <= RECOVERED_RATIO * best and self._dropped:
+            elif elapsed_s <= RECOVERED_RATIO * best and self._dropped:
                 self._good += 1
                 if self._good >= GOOD_TO_RECOVER:
                     self._dropped, self._good = self._dropped - 1, 0

@@ -305,7 +305,8 @@ class Transcriber:
         lang = _language(pw, language, self._multilingual)
         if lang == "auto":  # whisper_full's own detection would encode at a stale context (see the context above)
             lang = self._detect(audio[:DETECT_MAX_SAMPLES]).language
-        threads = self.policy.choose().threads
+        choice = self.policy.choose()
+        threads, context = choice.threads, audio_ctx_for(audio.size)
         params = dict(
             language=lang,
             translate=translate and self._multilingual,
@@ -314,7 +315,7 @@ class Transcriber:
             initial_prompt=prompt[-PROMPT_CHARS:],
             single_segment=False,
             n_threads=threads,
-            audio_ctx=audio_ctx_for(audio.size),
+            audio_ctx=context,
             temperature_inc=0.2,  # whisper's fallback: without it tiny.en looped (WER 0.43 vs 0.12-0.15)...
             max_tokens=max_tokens_for(audio.size),  # ...but bounded: a looping pass once ran for 50 s
             greedy={"best_of": 1},  # a fallback pass with whisper's best_of=5 runs 5 decoders (+23 MB
@@ -324,7 +325,16 @@ class Transcriber:
         try:
             with _whisper_log(pw) as lines:
                 segments = self._model.transcribe(audio, _abort_check(cancel), **params)
-            self.policy.record(threads, audio.size / SAMPLE_RATE, time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            self.policy.record(threads, audio.size / SAMPLE_RATE, elapsed, context)
+            log.debug(
+                "whisper pass: %.2f s of audio, context %d, %d threads (%s), %.0f ms",
+                audio.size / SAMPLE_RATE,
+                context,
+                threads,
+                choice.reason,
+                elapsed * 1000,
+            )
         except Exception as exc:
             raise TranscriptionError(
                 f"Transcription failed: {type(exc).__name__}: {exc}", code="transcription_failed"

@@ -128,6 +128,39 @@ def test_a_slow_piece_drops_a_thread_and_fast_ones_give_it_back(tmp_path):
     assert p.choose().threads == 2  # ...then enough at that speed give the thread back
 
 
+def test_a_short_piece_is_compared_only_with_passes_of_its_own_encoder_context(tmp_path):
+    """whisper's encoder runs at least 512 frames, so a 1.2 s piece costs far more per second of audio
+    than a 7 s one on a quiet machine: that is no reason to drop a thread."""
+    p = T.ThreadPolicy(cpus=2, meter=T.CpuMeter(str(tmp_path / "missing")))
+    p.record(2, audio_s=7.0, elapsed_s=0.20, context=512)
+    p.record(2, audio_s=1.2, elapsed_s=0.15, context=512)  # 4x slower per second of audio, same work
+    p.record(2, audio_s=10.5, elapsed_s=0.30, context=768)  # another context: compared with its own
+    assert p.choose().threads == 2
+    p.record(2, audio_s=1.2, elapsed_s=0.60, context=512)  # 3x the best pass of its context: threads wait
+    assert p.choose().threads == 1
+
+
+def test_where_other_programs_are_seen_slow_passes_drop_no_thread(stat):
+    """The meter sees other programs directly; a slow pass on a quiet machine (a decoder fallback,
+    a longer text) is no sign of contention."""
+    p = policy(stat)
+    stat.advance(1.0, {})
+    assert p.choose().threads == 2
+    p.record(2, audio_s=4.0, elapsed_s=0.4, context=512)
+    p.record(2, audio_s=4.0, elapsed_s=2.0, context=512)
+    assert p.choose().threads == 2
+
+
+def test_the_busy_time_of_others_is_read_over_a_second_not_between_two_close_calls(stat):
+    """Over 0.1 s one 10 ms tick is a tenth of a CPU: a quiet second with one busy tick between two
+    close calls must not read as half a CPU taken."""
+    meter = stat.meter()
+    stat.advance(1.0, {})
+    assert meter.others() == pytest.approx(0.0, abs=0.01)
+    stat.advance(0.1, {0: 0.5, 1: 0.5})  # a burst of ticks between two close readings
+    assert meter.others() < 0.2  # measured over the last second: 0.1 CPU, not 1.0
+
+
 def test_short_pieces_are_not_timed(tmp_path):
     p = T.ThreadPolicy(cpus=2, meter=T.CpuMeter(str(tmp_path / "missing")))
     p.record(2, audio_s=0.5, elapsed_s=0.01)
