@@ -74,6 +74,10 @@ class Settings:
     MCP_LISTEN_MAX_PAUSE_MS, MCP_LISTEN_VOICE): set once in the
     client's config instead of in every call."""
 
+    user_defaults: frozenset[str] = frozenset()
+    """The `defaults` the environment set (their field names): MCP_LISTEN_VOICE set means that voice
+    even when it is missing, unset lets the voices installed stand in (voice/store.py's default_voice)."""
+
     problems: tuple[str, ...] = ()
     """What is wrong with the environment, one sentence per variable; empty when all is well."""
 
@@ -149,11 +153,12 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     problems: list[str] = []
     found = _read_all(env, _SETTINGS, problems)
     found.update({k: v for k, v in overrides.items() if v is not None})
-    defaults = limits.Defaults(**_read_all(env, _DEFAULTS, problems))  # type: ignore[arg-type]
+    chosen = _read_all(env, _DEFAULTS, problems)
+    defaults = limits.Defaults(**chosen)  # type: ignore[arg-type]
     if defaults.max_pause_ms < defaults.silence_ms:
         problems.append(_PAUSE_UNDER_SILENCE)
         defaults = replace(defaults, max_pause_ms=max(limits.DEFAULT_MAX_PAUSE_MS, defaults.silence_ms))
-    settings = Settings(**found, defaults=defaults)  # type: ignore[arg-type]
+    settings = Settings(**found, defaults=defaults, user_defaults=frozenset(chosen))  # type: ignore[arg-type]
     problems += _derived_folder_problems(settings)
     return replace(settings, problems=tuple(problems))
 

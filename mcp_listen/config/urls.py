@@ -45,14 +45,29 @@ def normalize_ollama_host(raw: str) -> str:
     return f"{scheme}://{credentials}{name}:{port}" + (f"/{path}".rstrip("/") if path else "")
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """`url` without its `user:password@`, and that userinfo as written (None when there is none).
+
+    The userinfo ends at the URL's last "@", as `redact_url` and `normalize_ollama_host` read it: a
+    password may hold an unencoded "/" (`https://kim:pa/ss@host/x`), which a URL parser would take for
+    the start of the path, the rest of the password for the host. An "@" in a path is written `%40`.
+    """
+    scheme, sep, rest = url.partition("://")
+    rest = rest if sep else url
+    userinfo, at, rest = rest.rpartition("@")
+    if not at:
+        return url, None
+    return (f"{scheme}{sep}{rest}" if sep else rest), userinfo
+
+
 def redact_url(url: str) -> str:
     """`url` as it may appear in a message or a log: `user:password@` replaced by `***@`.
 
     OLLAMA_HOST may hold credentials; an error result travels to the calling model and into its
     transcript, and logs get copied into bug reports, so neither may carry them.
     """
-    scheme, sep, rest = url.partition("://")
-    rest = rest if sep else url
-    userinfo, at, rest = rest.rpartition("@")  # the last "@": a password may hold "/" or "@"
-    shown = f"***@{rest}" if at else rest
-    return f"{scheme}{sep}{shown}" if sep else shown
+    bare, userinfo = split_credentials(url)
+    if userinfo is None:
+        return url
+    scheme, sep, rest = bare.partition("://")
+    return f"{scheme}{sep}***@{rest}" if sep else f"***@{bare}"

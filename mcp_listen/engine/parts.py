@@ -178,11 +178,18 @@ class Piper:
         self._synthesizer: Any = None
 
     def find(self, voice: str) -> VoiceInfo:
-        """The voice's two files found and checked (voice_not_found naming the pull command, voice_invalid)."""
+        """The voice's two files found and checked (voice_not_found naming the pull command, voice_invalid).
+        The default voice's name stands for voice/store.py's `default_voice`: the voice installed when
+        the default is not and the user chose none, as `say` and `doctor` find it."""
         from mcp_listen.voice.check import check_voice
         from mcp_listen.voice.names import resolve_voice
-        from mcp_listen.voice.store import search_dirs
+        from mcp_listen.voice.store import default_voice, search_dirs
 
+        if voice == self.settings.defaults.voice:
+            chosen = default_voice(self.settings)
+            if chosen.note:
+                log.info("%s", chosen.note)
+            voice = chosen.voice
         return check_voice(resolve_voice(voice, search_dirs(self.settings)))
 
     def prepare(self, voice: VoiceInfo) -> None:

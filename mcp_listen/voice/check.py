@@ -41,6 +41,18 @@ MAX_ESPEAK_VOICE_CHARS = 64
 ONNX_IR_VERSIONS = (3, 20)
 """An ONNX ModelProto starts with field 1, ir_version (tag byte 0x08, then a varint): 3 is ONNX
 1.0's, 10 today's; anything else is not an ONNX file."""
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Unicode's direction marks, embeddings, overrides and isolates. Printed to a terminal from a file someone
+else wrote (a model card, a config's language), U+202E shows what follows reversed: `txt.exe` reads as
+`exe.txt`, a command as another. No voice field needs one, and a card reads the same without them."""
+
+
+def shown_text(text: str, keep: str = "") -> str:
+    """`text` as it may be printed: without control characters (those in `keep` aside, e.g. newline and
+    tab), which could rewrite the terminal, nor BIDI_CONTROLS, which reorder what it shows."""
+    return "".join(c for c in text if c in keep or not (has_control_characters(c) or c in BIDI_CONTROLS))
+
+
 _NOT_A_FILE = [
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a pipe (FIFO)"),
@@ -248,6 +260,6 @@ def _short_text(value: Any) -> bool:
     return (
         isinstance(value, str)
         and 0 < len(value) <= MAX_ESPEAK_VOICE_CHARS
-        and not has_control_characters(value)
+        and shown_text(value) == value
         and value.strip() == value
     )

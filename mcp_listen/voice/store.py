@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen import downloads
-from mcp_listen.contract.limits import has_control_characters
+from mcp_listen.downloads import partials
 from mcp_listen.errors import VoiceError, command
 from mcp_listen.voice.check import (
     MAX_CONFIG_BYTES,
@@ -41,8 +41,9 @@ from mcp_listen.voice.check import (
     check_voice,
     open_regular,
     read_config,
+    shown_text,
 )
-from mcp_listen.voice.names import CONFIG_SUFFIX, SUFFIX, VoiceName, require_name
+from mcp_listen.voice.names import CONFIG_SUFFIX, SUFFIX, VoiceName, parse_name, require_name, resolve_voice
 
 if TYPE_CHECKING:
     from mcp_listen.config import Settings
@@ -111,6 +112,44 @@ def list_voices(settings: Settings) -> list[Listed]:
     return found
 
 
+@dataclass(frozen=True)
+class DefaultVoice:
+    """The voice a call that names none speaks with, and, when that is not the configured default,
+    why and how to choose (`note`, for stderr and doctor)."""
+
+    voice: str
+    note: str | None = None
+
+
+def default_voice(settings: Settings) -> DefaultVoice:
+    """The configured default voice (MCP_LISTEN_VOICE, else en_US-lessac-medium); but when the user set
+    none and en_US-lessac-medium is not installed, the voice that is (the first by name of several).
+
+    A user who pulled one other voice means to hear it: insisting on a voice they never chose, and
+    failing, helped nobody. A default the user set is kept, found or not (they asked for that one),
+    and so is one that is there but broken (its error says what is wrong with it). Only voices that
+    pass their checks count as installed. Speaking (engine/parts.py's Piper.find), `say` and `doctor`
+    all ask here, so the tool and the CLI speak with the same voice.
+    """
+    wanted = settings.defaults.voice
+    if "voice" in settings.user_defaults:
+        return DefaultVoice(wanted)
+    try:
+        resolve_voice(wanted, search_dirs(settings))
+        return DefaultVoice(wanted)
+    except VoiceError:
+        pass
+    names = sorted({v.name for v in list_voices(settings) if v.info is not None})
+    if not names:
+        return DefaultVoice(wanted)
+    which = "the only voice installed" if len(names) == 1 else f"the first by name of {', '.join(names)}"
+    note = (
+        f"The default voice {wanted} is not installed: speaking with {names[0]}, {which}. "
+        f"To choose the default voice, set MCP_LISTEN_VOICE to its name (see: {command('voices')})."
+    )
+    return DefaultVoice(names[0], note)
+
+
 def voice_url(voice: VoiceName, settings: Settings, suffix: str) -> str:
     """Where the repository keeps one of a voice's files (suffix `.onnx`, `.onnx.json`, or MODEL_CARD)."""
     leaf = MODEL_CARD if suffix == MODEL_CARD else voice.name + suffix
@@ -134,7 +173,12 @@ def pull(
     and `deadline_s` (default: scaled to the size) bound the network's download.
     """
     voice = require_name(name)
-    folder = downloads.ensure_folder(search_dirs(settings)[0], VoiceError, "voices")
+    fix = (
+        "Move or rename that file, or set MCP_LISTEN_VOICES_PATH to folders (a pull writes into the first), "
+        f"then retry: {command('voices', 'pull', voice.name)}"
+    )
+    folder = downloads.ensure_folder(search_dirs(settings)[0], VoiceError, "voices", fix)
+    partials.sweep(folder, _is_partial_name)
     final = folder / (voice.name + SUFFIX)
     table = PINNED_SHA256 if pinned is None else pinned
     sha256 = table.get(voice.name)
@@ -142,26 +186,38 @@ def pull(
         return Pulled(check_voice(final), "already present", _read_card(folder, voice))
     expected, how = _expectations(voice, settings, folder, sha256, progress)
     limits = {CONFIG_SUFFIX: MAX_CONFIG_BYTES, SUFFIX: MAX_VOICE_BYTES if max_bytes is None else max_bytes}
-    partials = {suffix: folder / f"{voice.name}{suffix}.partial" for suffix in (CONFIG_SUFFIX, SUFFIX)}
+    parts = {suffix: folder / f"{voice.name}{suffix}.partial" for suffix in (CONFIG_SUFFIX, SUFFIX)}
     with downloads.exit_on_signals():
         try:
-            for suffix, partial in partials.items():
+            for suffix, partial in parts.items():
                 job = downloads.Job(
                     _source(voice, suffix), partial, progress, limits[suffix], deadline_s, ("sha256", "md5")
                 )
                 digests = downloads.download(voice_url(voice, settings, suffix), job)
                 _verify(voice, suffix, partial, digests, expected.get(suffix))
-            read_config(partials[CONFIG_SUFFIX])
-            check_onnx(partials[SUFFIX])
-            os.replace(partials[CONFIG_SUFFIX], folder / (voice.name + CONFIG_SUFFIX))
-            os.replace(partials[SUFFIX], final)
+            read_config(parts[CONFIG_SUFFIX])
+            check_onnx(parts[SUFFIX])
+            partials.install(parts[CONFIG_SUFFIX], folder / (voice.name + CONFIG_SUFFIX))
+            partials.install(parts[SUFFIX], final)
         except BaseException:
-            for partial in partials.values():
-                downloads.remove_partial(partial)
+            for partial in parts.values():
+                partials.remove(partial)
             raise
     if how == "structure only":
         log.warning("no published checksum for %s: verified by its structure only", voice.name)
     return Pulled(check_voice(final), how, _pull_card(voice, settings, folder))
+
+
+PARTIAL_SUFFIXES = (SUFFIX, CONFIG_SUFFIX, CARD_SUFFIX)
+
+
+def _is_partial_name(file_name: str) -> bool:
+    """A partial a pull makes: NAME.onnx, NAME.onnx.json or NAME.MODEL_CARD for a Piper voice name,
+    or the catalogue's, each with `.partial` (partials.sweep)."""
+    if file_name == f".{CATALOGUE}.partial":
+        return True
+    stem = file_name.removesuffix(".partial")
+    return any(stem.endswith(s) and parse_name(stem[: -len(s)]) is not None for s in PARTIAL_SUFFIXES)
 
 
 def _source(voice: VoiceName, suffix: str) -> downloads.Source:
@@ -223,7 +279,7 @@ def _catalogue_entry(voice: VoiceName, settings: Settings, folder: Path, progres
                 downloads.download(f"{settings.voices_url.rstrip('/')}/{CATALOGUE}", job)
                 raw = partial.read_bytes()
             finally:
-                downloads.remove_partial(partial)
+                partials.remove(partial)
         catalogue = json.loads(raw.decode("utf-8"))
     except (VoiceError, ValueError, RecursionError) as exc:
         log.warning("no usable %s (%s): %s is verified by its structure only", CATALOGUE, exc, voice.name)
@@ -274,9 +330,9 @@ def _pull_card(voice: VoiceName, settings: Settings, folder: Path) -> str | None
             try:
                 job = downloads.Job(source, partial, False, MAX_CARD_BYTES)
                 downloads.download(voice_url(voice, settings, MODEL_CARD), job)
-                os.replace(partial, target)
+                partials.install(partial, target)
             finally:
-                downloads.remove_partial(partial)
+                partials.remove(partial)
     except VoiceError as exc:
         log.info("no model card for %s: %s", voice.name, exc)
         return None
@@ -285,7 +341,7 @@ def _pull_card(voice: VoiceName, settings: Settings, folder: Path) -> str | None
 
 def _read_card(folder: Path, voice: VoiceName) -> str | None:
     """The kept model card as printable text: bounded, and without control characters, which a
-    hostile card could use to rewrite the terminal."""
+    hostile card could use to rewrite the terminal, nor bidi controls, which reorder what it shows."""
     try:
         fd, _ = open_regular(folder / (voice.name + CARD_SUFFIX), "model card")
     except VoiceError:
@@ -293,4 +349,4 @@ def _read_card(folder: Path, voice: VoiceName) -> str | None:
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_CARD_BYTES)
     text = raw.decode("utf-8", errors="replace")
-    return "".join(c for c in text if c in "\n\t" or not has_control_characters(c)).strip() or None
+    return shown_text(text, keep="\n\t").strip() or None

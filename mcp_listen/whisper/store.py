@@ -13,7 +13,6 @@ shown.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mcp_listen import downloads
+from mcp_listen.downloads import partials
 from mcp_listen.errors import TranscriptionError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL, short_name
 
@@ -127,7 +127,11 @@ def pull(
     _check_name(name)
     table = STANDARD_MODELS_SHA1 if hashes is None else hashes
     expected = table.get(name)
-    folder = downloads.ensure_folder(Path(settings.models_dir).expanduser(), TranscriptionError, "model")
+    models_dir = Path(settings.models_dir).expanduser()
+    retry = command("models", "pull", name)
+    fix = f"Move or rename that file (models go into {models_dir}, which HOME decides), then retry: {retry}"
+    folder = downloads.ensure_folder(models_dir, TranscriptionError, "models", fix)
+    partials.sweep(folder, _is_partial_name)
     final = folder / f"ggml-{name}.bin"
     if final.is_file() and not force and _already_good(final, expected):
         log.info("model %s already present", final.name)
@@ -139,17 +143,32 @@ def pull(
         try:
             digest = downloads.download(model_url(name, settings), job)["sha1"]
             _verify(partial, name, expected, digest)
-            os.replace(partial, final)
+            partials.install(partial, final)
         except BaseException:
-            downloads.remove_partial(partial)
+            partials.remove(partial)
             raise
     if expected is None:
         log.warning("no published checksum for %s: verified by GGML header only", final.name)
     return final
 
 
+def _is_partial_name(file_name: str) -> bool:
+    """`ggml-NAME.bin.partial` for a name `models pull` takes: a partial of ours (partials.sweep)."""
+    name = file_name.removeprefix("ggml-").removesuffix(".bin.partial")
+    return file_name == f"ggml-{name}.bin.partial" and _valid_name(name)
+
+
+def _valid_name(name: str) -> bool:
+    return (
+        isinstance(name, str)
+        and len(name) <= MAX_NAME_CHARS
+        and bool(NAME_PATTERN.fullmatch(name))
+        and ".." not in name
+    )
+
+
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or not NAME_PATTERN.fullmatch(name) or ".." in name:
+    if not _valid_name(name):
         shown = name[:MAX_NAME_CHARS] + "..." if isinstance(name, str) and len(name) > MAX_NAME_CHARS else name
         raise TranscriptionError(
             f"{shown!r} is not a whisper model name. Use a name like {SUGGESTED_MODEL} (at most "

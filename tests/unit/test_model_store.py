@@ -465,3 +465,85 @@ def test_standard_table_is_complete() -> None:
         "large-v3-turbo",
     }
     assert all(len(h) == 40 and int(h, 16) >= 0 for h in model_store.STANDARD_MODELS_SHA1.values())
+
+
+# ------------------------------------------------------------------ stale partials, the folder
+
+
+def _slow_pull_in_a_child(server: ThreadingHTTPServer, folder: Path) -> subprocess.Popen:
+    """Another process pulling ggml-slow.bin into `folder` (the server sends it for 20 s); returned once
+    its partial holds bytes."""
+    host, port = server.server_address[:2]
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from mcp_listen.config import Settings\n"
+        "from mcp_listen.whisper import store as model_store\n"
+        "model_store.pull('slow', Settings(models_dir=Path(sys.argv[1]), models_url=sys.argv[2]), progress=False)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder), f"http://{host}:{port}/m"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+    )
+    partial = folder / "ggml-slow.bin.partial"
+    deadline = time.monotonic() + 15
+    while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert partial.exists(), "the other pull never started (15 s; a loaded machine?)"
+    return child
+
+
+def test_a_pull_removes_what_a_killed_pull_left_but_never_a_live_pulls_partial(server, tmp_path: Path, caplog) -> None:
+    folder = tmp_path / "models"
+    child = _slow_pull_in_a_child(server, folder)
+    try:
+        model_store.pull("good", _settings(server, tmp_path), progress=False, hashes={"good": MODEL_SHA1})
+        assert child.poll() is None and (folder / "ggml-slow.bin.partial").exists(), "a live pull's partial stays"
+    finally:
+        child.kill()  # SIGKILL: nothing of the child's cleanup runs
+        child.communicate(timeout=15)
+    assert (folder / "ggml-slow.bin.partial").exists(), "SIGKILL leaves the partial"
+    caplog.set_level(logging.INFO)
+    model_store.pull("good", _settings(server, tmp_path), progress=False, hashes={"good": MODEL_SHA1})
+    assert _files(folder) == ["ggml-good.bin"], "the next pull, even of a model already there, removes it"
+    assert "ggml-slow.bin.partial" in caplog.text
+
+
+def test_a_second_pull_of_the_same_model_waits_for_none_and_spoils_nothing(server, tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    child = _slow_pull_in_a_child(server, folder)
+    try:
+        err = _pull_error("slow", _settings(server, tmp_path), hashes={}, deadline_s=2)
+        assert child.poll() is None and (folder / "ggml-slow.bin.partial").stat().st_size > 0
+    finally:
+        child.kill()
+        child.communicate(timeout=15)
+    assert err.code == "download_failed" and "already downloading" in err.message, err.message
+
+
+def test_only_our_own_regular_partials_are_removed(server, tmp_path: Path) -> None:
+    folder, victim = tmp_path / "models", tmp_path / "victim"
+    folder.mkdir()
+    victim.write_bytes(b"precious")
+    (folder / "ggml-killed.bin.partial").write_bytes(b"lmgg")
+    (folder / "ggml-link.bin.partial").symlink_to(victim)
+    (folder / "ggml-dir.bin.partial").mkdir()
+    for name in ("notes.partial", "ggml-Upper.bin.partial", "model.bin.partial"):
+        (folder / name).write_bytes(b"mine")
+    model_store.pull("good", _settings(server, tmp_path), progress=False, hashes={"good": MODEL_SHA1})
+    assert _files(folder) == [
+        "ggml-Upper.bin.partial", "ggml-dir.bin.partial", "ggml-good.bin", "ggml-link.bin.partial",
+        "model.bin.partial", "notes.partial",
+    ]  # fmt: skip
+    assert victim.read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("where", ["the folder", "a folder above it"])
+def test_a_models_folder_that_is_a_file_says_so(server, tmp_path: Path, where: str) -> None:
+    a_file = tmp_path / "models"
+    a_file.write_bytes(b"not a folder")
+    folder = a_file if where == "the folder" else a_file / "more"
+    err = _pull_error("good", Settings(models_dir=folder, models_url=_settings(server, tmp_path).models_url))
+    assert f"{a_file} is a file, not a folder" in err.message and ".partial" not in err.message, err.message
+    assert command("models", "pull", "good") in err.message and server.paths == []

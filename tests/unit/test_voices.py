@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -283,6 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        self.server.auth.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
         files = self.server.files  # type: ignore[attr-defined]
         if self.path == "/v/slow/" + FOLDER + f"/{NAME}.onnx":
             return self._slow()
@@ -327,6 +329,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     httpd.paths = []  # type: ignore[attr-defined]
+    httpd.auth = []  # type: ignore[attr-defined]
     httpd.files = served(index=catalogue())  # type: ignore[attr-defined]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -446,3 +449,107 @@ def test_signal_mid_download_leaves_nothing(server, tmp_path, sig):
     else:
         assert child.returncode == 128 + sig, err
     assert _files(folder) == []
+
+
+# ------------------------------------------------------------------- credentials, folders, text
+
+
+def test_a_password_holding_a_slash_is_sent_and_no_part_of_it_is_shown(server, tmp_path):
+    """`user:pass@` ends at the URL's last "@" (as redact_url reads it), so an unencoded "/" in the
+    password is still the password: sent as basic auth, and in no message, whole or in part."""
+    import base64
+
+    host, port = server.server_address[:2]
+    settings = Settings(voices_dirs=(tmp_path / "voices",), voices_url=f"http://kim:zq/xw@{host}:{port}/v")
+    pulled = voice_store.pull(NAME, settings, progress=False, pinned={})
+    assert pulled.verified == "md5 and size (voices.json)"
+    assert set(server.auth) == {"Basic " + base64.b64encode(b"kim:zq/xw").decode()}
+    bad_port = Settings(voices_dirs=settings.voices_dirs, voices_url="http://kim:zq/xw@127.0.0.1:nope/v")
+    for failing, name in ((settings, "en_US-nothere-low"), (bad_port, NAME)):
+        with pytest.raises(VoiceError) as caught:
+            voice_store.pull(name, failing, progress=False, pinned={}, force=True)
+        message = caught.value.message
+        assert "http://***@127.0.0.1:" in message, message
+        assert not any(secret in message for secret in ("kim", "zq", "xw")), message
+
+
+@pytest.mark.parametrize("where", ["the folder", "a folder above it"])
+def test_a_voices_path_that_is_a_file_says_so_and_how_to_fix_it(server, tmp_path, where):
+    a_file = tmp_path / "voices"
+    a_file.write_bytes(b"not a folder")
+    folder = a_file if where == "the folder" else a_file / "more"
+    with pytest.raises(VoiceError) as caught:
+        voice_store.pull(NAME, _settings(server, folder), progress=False, pinned={})
+    message = caught.value.message
+    assert f"{a_file} is a file, not a folder" in message, message
+    assert "MCP_LISTEN_VOICES_PATH" in message and command("voices", "pull", NAME) in message
+    assert ".partial" not in message and server.paths == [], "refused before any download"
+    assert a_file.read_bytes() == b"not a folder"
+
+
+BIDI = "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u061c"
+"""The direction marks, embeddings, overrides and isolates: U+202E shows what follows reversed."""
+
+
+def test_a_card_and_a_config_lose_their_bidi_controls(server, tmp_path):
+    server.files[f"{FOLDER}/MODEL_CARD"] = ("# Card\n\n* License: " + BIDI + "CC0\u202e txt.exe\n").encode()
+    pulled = voice_store.pull(NAME, _settings(server, tmp_path / "voices"), progress=False, pinned={})
+    assert "License: CC0 txt.exe" in pulled.card and not set(BIDI) & set(pulled.card), repr(pulled.card)
+    reversed_code = make_voice(tmp_path / "other", config=with_config(language__code="en\u202eSU_"))
+    assert check.check_voice(reversed_code).language == "en_US", "the name's language, not the reversed one"
+
+
+def test_a_pull_first_removes_stale_partials_of_its_own_names_only(server, tmp_path, caplog):
+    """What a SIGKILLed or SIGUSR1ed pull left: its own partial names, regular files only, removed (and
+    said); anything else named .partial, a link or a folder in its place, is not ours to remove."""
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    stale = [f"en_GB-gone-low{s}.partial" for s in (".onnx", ".onnx.json", ".MODEL_CARD")] + [".voices.json.partial"]
+    for name in stale:
+        (folder / name).write_bytes(b"half")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (folder / "en_GB-link-low.onnx.partial").symlink_to(victim)
+    (folder / "en_GB-dir-low.onnx.partial").mkdir()
+    others = ["notes.partial", "en_GB-gone-low.txt.partial", "not a voice.onnx.partial"]
+    for name in others:
+        (folder / name).write_bytes(b"mine")
+    caplog.set_level(logging.INFO)
+    voice_store.pull(NAME, _settings(server, folder), progress=False, pinned={})
+    assert _files(folder) == sorted(
+        [*VOICE_FILES, *others, "en_GB-link-low.onnx.partial", "en_GB-dir-low.onnx.partial"]
+    )
+    assert victim.read_bytes() == b"precious"
+    said = caplog.text
+    assert all(name in said for name in stale) and "notes.partial" not in said
+
+
+# ------------------------------------------------------------------------------ the default voice
+
+
+def test_the_default_voice_falls_back_to_the_voices_installed(tmp_path):
+    """MCP_LISTEN_VOICE unset and en_US-lessac-medium absent: the only voice installed speaks (or the first
+    by name of several), and the note says so and how to choose; set, the user's choice stands."""
+    from mcp_listen.contract.limits import DEFAULT_VOICE
+    from mcp_listen.engine.parts import Piper
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    make_voice(second, name="en_GB-zed-low")
+    only = voice_store.default_voice(Settings(voices_dirs=(first, second)))
+    assert only.voice == "en_GB-zed-low" and DEFAULT_VOICE in only.note and "MCP_LISTEN_VOICE" in only.note
+    assert Piper(Settings(voices_dirs=(first, second))).find(DEFAULT_VOICE).name == "en_GB-zed-low"
+    make_voice(first, name="fr_FR-broken-low", config=b"{}")
+    make_voice(second, name="de_DE-anna-low")
+    several = voice_store.default_voice(Settings(voices_dirs=(first, second)))
+    assert several.voice == "de_DE-anna-low" and "de_DE-anna-low, en_GB-zed-low" in several.note
+    assert "fr_FR-broken-low" not in several.note, "a voice that fails its checks is not installed"
+    chosen = load_settings(
+        {"MCP_LISTEN_VOICES_PATH": f"{first}{os.pathsep}{second}", "MCP_LISTEN_VOICE": DEFAULT_VOICE}
+    )
+    assert voice_store.default_voice(chosen) == voice_store.DefaultVoice(DEFAULT_VOICE, None)
+    with pytest.raises(VoiceError) as caught:
+        Piper(chosen).find(DEFAULT_VOICE)
+    assert caught.value.code == "voice_not_found"
+    make_voice(second, name=DEFAULT_VOICE)
+    assert voice_store.default_voice(Settings(voices_dirs=(first, second))).voice == DEFAULT_VOICE
+    assert voice_store.default_voice(Settings(voices_dirs=(tmp_path / "none",))).note is None

@@ -5,15 +5,16 @@ they sit side by side and never import each other, so this lives below them. Eac
 describes its file (a `Source`: the file name messages show, the setting that holds the URL,
 the retry command, its error class) and decides what to verify; this module streams the bytes.
 
-A download streams into a `.partial` beside the target; the caller renames it only once the
-whole file arrived and was verified, so an interrupted or corrupt download never leaves a file
-a loader would crash on. The server is not trusted to behave: a download is bounded in size
-(the caller's maximum, and never more than the announced Content-Length) and in time (a
-deadline that grows with the size, checked after every chunk, so a trickle ends too). The
-partial is created afresh, 0600, never through a link a previous download or someone else left
-there. Ctrl-C, SIGTERM and SIGHUP (unless ignored) remove it before the process exits (130,
-143, 129). Credentials a URL may carry are sent as HTTP basic auth, never shown: messages name
-the URL through `redact_url`.
+A download streams into a `.partial` beside the target; the caller renames it (`partials.install`)
+only once the whole file arrived and was verified, so an interrupted or corrupt download never
+leaves a file a loader would crash on. The server is not trusted to behave: a download is bounded
+in size (the caller's maximum, and never more than the announced Content-Length) and in time (a
+deadline that grows with the size, checked after every chunk, so a trickle ends too). The partial
+is created afresh, 0600, never through a link a previous download or someone else left there.
+Ctrl-C, SIGTERM and SIGHUP (unless ignored) remove it before the process exits (130, 143, 129);
+what no handler sees (SIGKILL, SIGUSR1) leaves it to the next pull's sweep (downloads/partials.py:
+a partial's life, its lock, the sweep). Credentials a URL may carry (up to its last "@") are sent
+as HTTP basic auth, never shown: messages name the URL through `redact_url`.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from mcp_listen.config.urls import redact_url
+from mcp_listen.config.urls import redact_url, split_credentials
+from mcp_listen.downloads import partials
 from mcp_listen.errors import ListenError
-from mcp_listen.files import NEW_FILE
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +94,42 @@ class Job:
         return self.source.error(message, code=code)
 
 
-def ensure_folder(folder: Path, error: type[ListenError], what: str) -> Path:
-    """Create a per-user folder private (0700); leave an existing folder's mode alone."""
-    if not folder.is_dir():
-        try:
-            folder.mkdir(parents=True, mode=0o700)
-            os.chmod(folder, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise error(f"Cannot create the {what} folder {folder}: {exc.strerror}.", code="download_failed") from None
+def ensure_folder(folder: Path, error: type[ListenError], what: str, fix: str) -> Path:
+    """Create a per-user folder private (0700); leave an existing folder's mode alone.
+
+    A file where the folder, or a folder above it, should be is named as what it is, with `fix`
+    (how to point the pull elsewhere, and the retry), before anything is downloaded.
+    """
+    if folder.is_dir():
+        return folder
+    in_the_way = _not_a_folder(folder)
+    if in_the_way is not None:
+        path, kind = in_the_way
+        where = "" if path == folder else f"cannot be made: {path} is {kind}, not a folder"
+        problem = f"The {what} folder {folder} " + (where or f"is {kind}, not a folder")
+        raise error(f"{problem}. {fix}", code="download_failed")
+    try:
+        folder.mkdir(parents=True, mode=0o700)
+        os.chmod(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise error(
+            f"Cannot create the {what} folder {folder}: {exc.strerror}. {fix}", code="download_failed"
+        ) from None
     return folder
+
+
+def _not_a_folder(folder: Path) -> tuple[Path, str] | None:
+    """The nearest of `folder` and the folders above it that exists, with what it is, if it is no folder."""
+    for path in (folder, *folder.parents):
+        if os.path.lexists(path):
+            if path.is_dir():
+                return None
+            if path.is_symlink():
+                return path, "a link to nothing" if not path.exists() else "a link to a file"
+            return path, "a file" if path.is_file() else "a special file"
+    return None
 
 
 def digest_of(path: Path, algorithm: str) -> str:
@@ -161,21 +187,24 @@ def download(url: str, job: Job) -> dict[str, str]:
 
 def _split_credentials(url: str) -> tuple[Any, Any]:
     """`url` without its `user:password@`, and the basic auth that sends them instead: httpx logs
-    every request's URL (at INFO), and a URL that carries them would put them in the log."""
+    every request's URL (at INFO), and a URL that carries them would put them in the log. The
+    credentials end at the last "@" (`split_credentials`), so a "/" in the password stays in it."""
     import httpx
 
-    parsed = httpx.URL(url)
-    if not parsed.userinfo:
-        return parsed, None
-    return parsed.copy_with(userinfo=b""), httpx.BasicAuth(parsed.username, parsed.password)
+    bare, userinfo = split_credentials(url)
+    if userinfo is None:
+        return httpx.URL(url), None
+    user, _, password = userinfo.partition(":")
+    return httpx.URL(bare), httpx.BasicAuth(unquote(user), unquote(password))
 
 
 def _failure_text(exc: Exception, url: str) -> str:
-    """`Type: text` of an httpx error; only the type if the text holds any of the URL's
+    """`Type: text` of an httpx error; only the type if the text holds any part of the URL's
     credentials (httpx puts URLs in some of its messages)."""
     text = str(exc)
-    userinfo = url.split("://", 1)[-1].partition("/")[0].rpartition("@")[0]
-    secrets = {userinfo, *userinfo.split(":"), unquote(userinfo), *unquote(userinfo).split(":")} - {""}
+    userinfo = split_credentials(url)[1] or ""
+    parts = {userinfo, unquote(userinfo)}
+    secrets = {piece for part in parts for piece in (part, *part.replace("/", ":").split(":"))} - {""}
     if not text or any(secret in text for secret in secrets):
         return type(exc).__name__
     return f"{type(exc).__name__}: {text}"
@@ -240,31 +269,19 @@ def deadline_s(size_bytes: int) -> float:
 
 
 def _open_partial(job: Job) -> int:
-    """Create the partial afresh (0600) and return its descriptor; never write through a link.
-
-    A leftover (a killed download's, or a symlink planted so the download overwrites its target)
-    is unlinked first, which removes a link itself, never what it points at. O_EXCL then refuses
-    whatever reappears in between, O_NOFOLLOW a link in its place.
-    """
-    remove_partial(job.partial)
+    """Create the partial afresh (0600), locked as this process's, and return its descriptor; never
+    write through a link (partials.create)."""
     try:
-        return os.open(job.partial, NEW_FILE, 0o600)
+        return partials.create(job.partial)
+    except partials.Busy:
+        raise job.fail(
+            f"{job.source.label} is already downloading in another process (into {job.partial}). "
+            f"Wait for it to end, then retry: {job.source.retry}"
+        ) from None
     except OSError as exc:
         raise job.fail(
             f"Cannot create {job.partial}: {exc.strerror}. Remove it, then retry: {job.source.retry}"
         ) from None
-
-
-def remove_partial(partial: Path) -> None:
-    """Unlink the partial (a link itself, not its target). Quiet when there is none; logged,
-    not raised, when it cannot go (a directory in its place): the error being cleaned up after
-    is the one to report."""
-    try:
-        os.unlink(partial)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        log.warning("cannot remove %s: %s", partial, exc.strerror)
 
 
 def _too_large(job: Job, total: int) -> ListenError:
