@@ -328,6 +328,9 @@ class Engine:
     def stop_speaking(self) -> Stopped:
         return self.speech.stop()
 
+    def halt_speaking(self) -> Callable[[], Stopped]:
+        return self.speech.halt()
+
     def save_speech(self, args: SpeakArgs, out: wavfile.UserFile, *, stop: threading.Event | None = None) -> Path:
         return self.speech.save(args, out, stop=stop)
 
@@ -357,6 +360,7 @@ class Engine:
         playback = self.speech.playback(voice, output.index, cancel, self.recorder.portaudio.shared)
         barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
         turn, warning = self.speech.turn(playback, args.text, args.speed, barge_in)
+        self.speech.after_a_stop()
         try:
             with self.recorder.claimed("converse", stop=cancel) as claim, self.speech.now.during(playback):
                 claim.speaking = True

@@ -102,8 +102,17 @@ class Playback:
 
     def stop(self, wait_s: float) -> None:
         """Stop the speech now (the call it belongs to is over) and wait, bounded, until it let go."""
-        self._halt.set()
+        self.halt()
         self.ended.wait(wait_s)
+
+    def halt(self) -> None:
+        """Stop the speech without waiting (stop_speaking marks it so at once; `ended` says when it let go)."""
+        self._halt.set()
+
+    @property
+    def halted(self) -> bool:
+        """Whether someone stopped it (stop_speaking, or the call it belongs to ending early)."""
+        return self._halt.is_set()
 
     def in_background(self, text: str, speed: float, release: Callable[[], None]) -> float | None:
         """Play in a thread of its own, which calls `release` (the device claim) when done; return

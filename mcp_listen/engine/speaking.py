@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +84,23 @@ class NowPlaying:
         with self._lock:
             return self._playback
 
+    def halt(self) -> Playback | None:
+        """Mark the speech playing now as stopping, at once, and return it; None when there is nothing
+        to stop: no speech, one that is over (converse listening after it) or one already stopping."""
+        with self._lock:
+            playback = self._playback
+            if playback is None or playback.ended.is_set() or playback.halted:
+                return None
+            playback.halt()
+            return playback
+
+    @property
+    def stopping(self) -> Playback | None:
+        """The speech being stopped now, until it has ended."""
+        with self._lock:
+            playback = self._playback
+        return playback if playback is not None and playback.halted and not playback.ended.is_set() else None
+
 
 class SpeechOutput:
     """Speaks through the engine's parts: the voices, the speakers, the device claim."""
@@ -125,6 +142,7 @@ class SpeechOutput:
         voice = self.voice(args.voice)
         device = self.devices.resolve_output(args.device)
         cancel = linked(stop, self.shutdown)
+        self.after_a_stop()
         if barge_in and echo.available():
             return self._speak_until_the_user_talks(args, voice, device, cancel, received)
         warning = echo.ECHO_UNAVAILABLE_SPEAK if barge_in else None
@@ -219,22 +237,44 @@ class SpeechOutput:
             return None, NO_MICROPHONE_SPEAK.format(reason=exc.message)
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> Stopped:
-        """stop_speaking: cut the speech playing now short, whichever call started it, and say how
-        much of it had played. It returns once the device has stopped speaking: speak_text's claim
-        released, or converse listening. Nothing playing is not an error: `stopped` is false."""
-        playback = self.now.playback
-        if playback is None:
-            return Stopped(stopped=False, played_ms=None)
-        deadline = time.monotonic() + wait_s
-        playback.stop(wait_s)
-        while self._device_speaks() and time.monotonic() < deadline:
-            time.sleep(STOP_POLL_S)
-        played = playback.played
-        return Stopped(stopped=True, played_ms=played.duration_ms if played is not None else 0)
+        """stop_speaking in one go: `halt`, then wait for the speech to let go."""
+        return self.halt(wait_s)()
 
-    def _device_speaks(self) -> bool:
-        claim = self.recorder.active
-        return claim is not None and bool(claim.speaking)
+    def halt(self, wait_s: float = STOP_WAIT_S) -> Callable[[], Stopped]:
+        """stop_speaking: mark the speech playing now as stopping, at once (the adapter calls this on its
+        event loop, so a speak_text sent after the stop finds it stopping and waits for it: `after_a_stop`),
+        whichever call started it. The function returned waits until the device has stopped speaking
+        (speak_text's claim released, or converse listening), at most `wait_s`, and says how much of the
+        speech had played. Nothing to stop (nothing playing, converse already listening, a speech another
+        stop_speaking is stopping) is not an error: `stopped` is false."""
+        playback = self.now.halt()
+        claim = self.recorder.active  # the speech's own: a speech in NowPlaying holds the claim
+
+        def stopped() -> Stopped:
+            if playback is None:
+                return Stopped(stopped=False, played_ms=None)
+            self._let_go(playback, claim, time.monotonic() + wait_s)
+            played = playback.played
+            return Stopped(stopped=True, played_ms=played.duration_ms if played is not None else 0)
+
+        return stopped
+
+    def after_a_stop(self) -> None:
+        """Before a speaking call claims the device: a speech that stop_speaking is stopping ("stop, then say
+        this instead") is waited for until it has let go, at most STOP_WAIT_S. A speech nobody stopped is
+        not waited for: the claim refuses the call with `busy`."""
+        playback = self.now.stopping
+        if playback is not None:
+            self._let_go(playback, self.recorder.active, time.monotonic() + STOP_WAIT_S)
+
+    def _let_go(self, playback: Playback, claim: Any, deadline: float) -> None:
+        """Until `playback` has ended and its call's `claim` no longer speaks (released, or converse
+        listening), or the deadline. Another call's claim taken meanwhile is not waited for."""
+        playback.ended.wait(max(0.0, deadline - time.monotonic()))
+        while claim is not None and claim.speaking and claim is self.recorder.active:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(STOP_POLL_S)
 
     def voice(self, voice: str | None) -> VoiceInfo:
         """The voice a call names, or the configured default, found and checked."""

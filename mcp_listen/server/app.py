@@ -108,7 +108,10 @@ async def _converse(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
 
 
 async def _stop_speaking(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
-    return wire(await call.in_thread(engine.stop_speaking))
+    # Marked as stopping here, on the event loop, before any await: a speak_text or converse read after this
+    # request (the next line of the same write) finds the speech stopping and waits for it, not `busy`.
+    stopped = engine.halt_speaking()
+    return wire(await call.in_thread(stopped))
 
 
 async def _status(engine: Tools, args: Any, call: Call) -> dict[str, Any]:
@@ -193,7 +196,8 @@ TOOLS = [
             "given; nothing leaves the machine). Returns when it has been said (`duration_ms`, `first_audio_ms`), "
             "or with wait: false as soon as it starts, playing on in the background. The speaker and the "
             "microphone are one device here: while speech plays, capture_audio, transcribe_voice, voice_query, "
-            "converse and a second speak_text are refused with `busy` (get_status shows `speaking: true`). A missing "
+            "converse and a second speak_text are refused with `busy` (get_status shows `speaking: true`); right after "
+            "stop_speaking they wait for the stopped speech instead. A missing "
             "voice is `voice_not_found`, naming the `mcp-listen voices pull` command that fetches it."
         ),
         args=arguments.SpeakArgs,
@@ -225,8 +229,10 @@ TOOLS = [
         description=(
             "Cut short the speech playing now: speak_text (also one started with wait: false) or converse "
             "before it listens. The call that started it returns `interrupted: true`; converse then listens "
-            "for the user as usual. Returns `stopped` (false when nothing was playing) and `played_ms`, how "
-            "much of the speech had played. Use it when the user wants the agent to be quiet."
+            "for the user as usual. Returns `stopped` (false when there was nothing to stop: no speech, or "
+            "converse already listening) and `played_ms`, how much of the speech had played. Use it when the user "
+            "wants the agent to be quiet; to say something else instead, call speak_text right after it (it waits "
+            "for the stopped speech to let go of the speaker)."
         ),
         args=arguments.StopSpeakingArgs,
         result=results.StopSpeakingResult,

@@ -30,8 +30,9 @@ def _agent_words_in(text: str | None) -> list[str]:
 
 
 def test_the_answer_is_heard_and_the_agent_never_hears_itself(speak_env, vmic, model_path):
-    """While it speaks, the tool is `speaking` and the microphone `busy`; once "Listening" is reported the
-    user answers at once, and the transcription is their words alone."""
+    """While it speaks, the tool is `speaking` and the microphone `busy`; once "Listening" is reported
+    stop_speaking has nothing to stop (stopped false), the user answers at once, and the transcription is
+    their words alone."""
     answer = speech_clip()
     args = {"text": ASKED, "whisper_model": str(model_path), "silence_ms": 800}
     with wire(speak_env) as w:
@@ -42,11 +43,13 @@ def test_the_answer_is_heard_and_the_agent_never_hears_itself(speak_env, vmic, m
         refused = w.call("capture_audio", {"duration_ms": 300})
         w.wait_progress("turn", "Listening on", timeout=60)
         listening = w.status()
+        idle = w.call("stop_speaking", {})["structuredContent"]  # the speech is over: nothing to stop
         vmic.play(answer)
         reply = w.wait(request["id"], timeout=120)
     assert status["speaking"] is True and status["recording"] is False and status["tool"] == "converse", status
     assert error_of(refused)["error"]["code"] == "busy" and "converse is playing" in refused["content"][0]["text"]
     assert listening["recording"] is True and "speaking" not in listening, listening
+    assert idle == {"stopped": False, "played_ms": None}, idle
     result = reply["result"]
     assert not result.get("isError"), result
     data = result["structuredContent"]

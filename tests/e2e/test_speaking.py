@@ -14,7 +14,7 @@ import anyio
 import jackmic
 import numpy as np
 import pytest
-from rpc import error_of, mcp_client, wire
+from rpc import error_of, mcp_client, tool_call, wire
 from speaker_rig import FOX, LONG, recording_the_speaker, sound_span_ms, sounding_ms, transcribe
 from speech_checks import wer
 
@@ -135,6 +135,31 @@ def test_stop_speaking_cuts_the_speech_short_and_the_call_says_so(speak_env, vmi
     assert 500 <= heard <= stopped["played_ms"] + 1000, (heard, stopped)  # the whole text takes ~20 s
     assert second["stopped"] is True and second["played_ms"] >= 500, second
     assert after["tool"] is None, after
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_stop_speaking_then_a_new_speech_in_one_write_says_the_new_one(speak_env, vmic, tmp_path, model_path, wait):
+    """Stop, then say this instead: stop_speaking and a speak_text written together, stop first (the
+    server runs each call on a thread of its own). The old speech stops, the new one waits for it to let
+    go of the device and is said, never `busy`; the speaker's recording ends with its words."""
+    raw = tmp_path / "instead.raw"
+    with wire(speak_env) as w:
+        warm = w.call("speak_text", {"text": "Ready."}, timeout=60)
+        assert not warm.get("isError"), warm
+        with recording_the_speaker(vmic, raw):
+            old = w.start("speak_text", {"text": LONG, "wait": wait})
+            w.until(lambda: sounded_ms(raw) >= 1000, 30, "speech never sounded")
+            stop, instead = tool_call(w.server, "stop_speaking", {}), tool_call(w.server, "speak_text", {"text": FOX})
+            w.server.send(stop, instead)
+            stopped = w.wait(stop["id"], timeout=10)["result"]["structuredContent"]
+            said = w.wait(instead["id"], timeout=60)["result"]
+            first = w.wait(old["id"], timeout=10)["result"]["structuredContent"]
+    assert not said.get("isError"), said["content"][0]["text"]
+    assert stopped["stopped"] is True and stopped["played_ms"] >= 500, stopped
+    assert said["structuredContent"]["interrupted"] is False and said["structuredContent"]["duration_ms"] > 1500, said
+    assert first["interrupted"] is (True if wait else False), first  # with wait false it returned at once
+    heard = transcribe(np.fromfile(raw, dtype=np.int16), model_path).lower()
+    assert sum(word in heard for word in ("brown", "fox", "lazy", "dog")) >= 3, heard
 
 
 def test_two_servers_never_speak_at_once_and_the_second_is_told_who_speaks(speak_env, vmic):

@@ -443,22 +443,82 @@ def test_stop_speaking_cuts_a_speech_short_from_another_thread_and_frees_the_dev
     figure, and with nothing playing it is stopped: false, not an error."""
     from mcp_listen.contract.results import Stopped
 
-    engine, voices, _ = _engine()
+    engine, voices, outputs = _engine()
     assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
     voices.gate.clear()
     box: dict[str, Any] = {}
     speaking = threading.Thread(target=lambda: box.update(spoken=engine.speak(parse(text="Hello there."))))
     speaking.start()
-    deadline = time.monotonic() + 5
-    while engine.speech.now.playback is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
+    first_sentence_fed(outputs)  # the second is held by the gate: 100 ms have played
     stopped = engine.stop_speaking()
     speaking.join(5)
     assert stopped == Stopped(stopped=True, played_ms=100)
     assert box["spoken"].interrupted is True and box["spoken"].duration_ms == 100
     assert engine.recorder.active is None and engine.speech.now.playback is None
     assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
+
+
+def first_sentence_fed(outputs: FakeOutputs, timeout: float = 10) -> FakeSpeaker:
+    """The speaker once the first sentence was fed to it: waited for on its event, never slept for (alone,
+    the first speech of a process also imports numpy before its first sentence)."""
+    deadline = time.monotonic() + timeout
+    while not outputs.opened:
+        assert time.monotonic() < deadline, f"no speaker opened within {timeout:g} s"
+        time.sleep(0.005)
+    out = outputs.opened[0]
+    assert out.first_audio.wait(max(0.0, deadline - time.monotonic())), f"nothing fed within {timeout:g} s"
+    return out
+
+
+def test_stop_speaking_says_it_stopped_nothing_once_the_speech_is_over():
+    """converse listening: its speech played out but is still the one of the call in progress. There is
+    nothing to stop, so stopped is false and nothing is reported as played."""
+    from mcp_listen.contract.results import AnyOf, Stopped
+
+    engine, _, _ = _engine()
+    speech = engine.speech
+    playback = speech.playback(speech.voice("v"), 7, AnyOf(), engine.recorder.portaudio.shared)
+    with engine.recorder.claimed("converse") as claim, speech.now.during(playback):
+        claim.speaking = True
+        playback.run("Hello there.", 1.0)
+        claim.speaking = False  # converse listens now
+        assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
+    assert playback.played is not None and playback.played.interrupted is False
+
+
+def test_a_speech_stop_speaking_is_stopping_is_waited_for_and_one_nobody_stopped_is_busy():
+    """Stop, then say this instead: a speak_text that comes while stop_speaking's speech is letting go of
+    the device waits for it and speaks; while a speech plays that nobody stopped, it is still busy."""
+    from mcp_listen.contract.results import Stopped
+
+    engine, voices, outputs = _engine()
+    voices.gate.clear()
+    engine.speak(parse(text="Hello there.", wait=False))
+    first_sentence_fed(outputs)
+    with pytest.raises(DeviceBusy, match="speak_text is playing"):
+        engine.speak(parse(text="Not now."))
+    stopped = engine.halt_speaking()  # what the adapter does on its event loop; the wait is left to the thread
+    instead = engine.speak(parse(text="Say this instead.", wait=False))
+    assert stopped() == Stopped(stopped=True, played_ms=100)
+    assert instead.first_audio_ms is not None and instead.interrupted is False, instead
+    assert engine.status().speaking and len(outputs.opened) == 2, "the second speech is not the one playing"
+    assert outputs.opened[0].stop.is_set() and not outputs.opened[1].stop.is_set()
+    voices.gate.set()
+    deadline = time.monotonic() + 10
+    while engine.recorder.active is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.recorder.active is None and [int(s[0]) for s in outputs.opened[1].fed] == [1, 2, 3]
+
+
+def test_a_second_stop_speaking_for_the_same_speech_says_it_stopped_nothing():
+    from mcp_listen.contract.results import Stopped
+
+    engine, voices, outputs = _engine()
+    voices.gate.clear()
+    engine.speak(parse(text="Hello there.", wait=False))
+    first_sentence_fed(outputs)
+    first, second = engine.halt_speaking(), engine.halt_speaking()
+    assert (first().stopped, second()) == (True, Stopped(stopped=False, played_ms=None))
 
 
 def test_stop_speaking_stops_a_background_speech():
