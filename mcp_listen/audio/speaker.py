@@ -121,6 +121,8 @@ class Speaker:
         """Called in the writer thread with every block (at device_rate), the time.monotonic() it was handed
         to the device, and whether the device had run dry before it (a gap was heard): barge-in's echo
         reference (audio/echo.py). Set before the first feed."""
+        self.warning: str | None = None
+        """Why the one-speaker rule between mcp-listen servers does not hold for this speech (audio/owner.py)."""
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -289,10 +291,12 @@ def speaker(
     """An open Speaker; left early (an error, a cancel), it stops playing at once and frees the device.
 
     On the real device (no `open_stream` of a test's) it is this process's for as long as it is
-    open: another mcp-listen speaking on the same sound server gets `busy` (audio/owner.py)."""
+    open: another mcp-listen speaking or listening on the same sound server gets `busy` (audio/owner.py).
+    Where that rule cannot hold (its lock's folder planted by someone else), the speaker's `warning` says so."""
     owned = speaker_owned() if open_stream is None else nullcontext()
-    with owned:
+    with owned as unguarded:
         out = Speaker(portaudio, device_index, sample_rate, stop, open_stream)
+        out.warning = unguarded
         out.open()
         try:
             yield out

@@ -36,7 +36,24 @@ def check_speaking(settings: Settings, *, voice: str | None, device: int | str |
     checks.append(
         check_barge_in(settings) if extra.status == OK else skipped("barge_in", BARGE_IN, "needs the speak extra")
     )
+    checks.append(check_one_speaker())
     return checks
+
+
+def check_one_speaker() -> Check:
+    """Whether mcp-listen servers on one sound server can take turns: the lock's folder and file are the
+    user's own (audio/owner.py). Looked at only: nothing is created or changed. A warning, not a failure:
+    each server still works alone."""
+    from mcp_listen.audio import owner
+
+    title = "One speaker"
+    path = owner.lock_path()
+    unsafe = owner.problem()
+    if unsafe is not None:
+        detail = f"{unsafe.path} {unsafe.what}: servers of other clients may speak at once, or hear one another"
+        return Check("one_speaker", title, WARN, detail, unsafe.remedy, {"path": str(unsafe.path)})
+    detail = f"servers of other clients take turns on the speaker ({path})"
+    return Check("one_speaker", title, OK, detail, data={"path": str(path)})
 
 
 BARGE_IN = "Barge-in (echo canceller)"
@@ -96,6 +113,11 @@ def check_voice(settings: Settings, voice: str) -> tuple[Check, Any]:
     except ListenError as exc:
         return Check("voice", title, FAIL, exc.message, _voice_remedy(voice, exc.code), {"voice": voice}), None
     detail = f"{info.name} ({info.language}, {info.sample_rate} Hz, {info.size_bytes / 1e6:.0f} MB) at {info.path}"
+    if voice == settings.defaults.voice:  # the default: another may stand in for it, as when speaking
+        from mcp_listen.voice.store import default_voice
+
+        note = default_voice(settings).note
+        detail += f". {note}" if note else ""
     data = {"voice": info.name, "path": str(info.path), "sample_rate": info.sample_rate}
     return Check("voice", title, OK, detail, data=data), info
 

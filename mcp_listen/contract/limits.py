@@ -24,6 +24,9 @@ WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
 CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
 """stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
+OTHER_SPEECH_WAIT_S = 10.0
+"""A listening call that starts while another mcp-listen speaks on the same sound server waits this long
+for that speech to end, then records; still speaking then, the call is `busy` (audio/owner.py)."""
 MIN_DURATION_MS, MAX_DURATION_MS = 100, 30000
 MAX_DICTATION_MS = 600_000
 """transcribe_voice records up to 10 minutes (dictation); capture_audio and voice_query keep the

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_listen.audio import devices as device_list
 from mcp_listen.audio import recordings, wavfile
 from mcp_listen.audio.microphone import Claim, Recorder, Tape
+from mcp_listen.audio.owner import listening
 from mcp_listen.audio.speaker import speaker
 from mcp_listen.config import Settings, default_recordings_dir
 from mcp_listen.contract.arguments import CaptureArgs, ConverseArgs, SpeakArgs, TranscribeArgs, VoiceQueryArgs
@@ -51,11 +52,13 @@ from mcp_listen.engine.parts import (
     Hearing,
     Microphones,
     Ollama,
+    OtherServers,
     Piper,
     Speakers,
     Speaking,
     Whisper,
     WhisperSession,
+    nobody,
 )
 from mcp_listen.engine.speaking import SpeechOutput, check_sayable, linked
 from mcp_listen.engine.turn import SpeechFirst
@@ -84,6 +87,7 @@ class Engine:
         devices: DeviceList | None = None,
         voices: Speaking | None = None,
         speakers: Speakers | None = None,
+        others: OtherServers | None = None,
     ) -> None:
         self.settings = settings
         self.recorder: Microphones = recorder or Recorder()
@@ -94,6 +98,8 @@ class Engine:
         self.devices: DeviceList = devices or device_list
         self.voices: Speaking = voices or Piper(settings)
         self.speakers: Speakers = speakers or speaker
+        self.others: OtherServers = others or (listening if recorder is None else nobody)
+        """The other mcp-listen servers on this sound server, for the real microphone (audio/owner.py)."""
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
         self.speech = SpeechOutput(settings, self.recorder, self.devices, self.voices, self.speakers, self.shutdown)
@@ -196,12 +202,18 @@ class Engine:
         `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
         model loads while the user talks, and never when nobody speaks). With `speech_first`
         (converse) the agent speaks into the open microphone first, and listening begins after.
+        Another mcp-listen speaking on this sound server is waited for before the microphone opens,
+        and held off until it closes (audio/owner.py): its voice is never the user's words.
         """
         listener = Listener(plan, progress, meter, phrases, on_speech, vad=self.vad)
         tape = Tape(plan.max_frames)
         reason = None
         find = lambda: self.devices.resolve(plan.device)  # noqa: E731
-        with self.recorder.open(find, stop=stop, beside_speaker=speech_first is not None) as microphone:
+        waiting = None if progress is None else (lambda note: progress(0, None, note))
+        with (
+            self.others(stop=stop, waiting=waiting),  # another server's speech is not the user's: waited for first
+            self.recorder.open(find, stop=stop, beside_speaker=speech_first is not None) as microphone,
+        ):
             claim.device = name = microphone.device.name
 
             def listening() -> None:
@@ -375,6 +387,7 @@ class Engine:
         finally:
             turn.close()
         words = self._words_of(heard, worker, plan, progress)
+        warning = speaking.joined(warning, playback.warning)
         if warning is not None:
             words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")
         spoken = speaking.spoken(voice.name, playback.played, received)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -85,6 +85,24 @@ class Speakers(Protocol):
     def __call__(
         self, portaudio: StreamLock, device_index: int, sample_rate: int, stop: Cancel
     ) -> AbstractContextManager[Speaker]: ...
+
+
+class OtherServers(Protocol):
+    """The other mcp-listen servers on this sound server (audio.owner.listening): held off speaking while a
+    call listens, their speech waited for before it records, at most `wait_s` (`waiting` told why), else
+    `busy`. Yields the warning when that rule cannot hold here, else None."""
+
+    def __call__(
+        self, folder: Path | None = None, *, stop: Any = None, waiting: Callable[[str], None] | None = None
+    ) -> AbstractContextManager[str | None]: ...
+
+
+@contextmanager
+def nobody(
+    folder: Path | None = None, *, stop: Any = None, waiting: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """No other server can reach a test's recorder (it hears no room): nothing to wait for or hold off."""
+    yield None
 
 
 class WhisperSession(Protocol):

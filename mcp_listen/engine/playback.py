@@ -63,6 +63,8 @@ class Playback:
         """What reached the device, once it ended without an error."""
         self.on_open: Callable[[Speaker], None] | None = None
         """Called with the open speaker before anything is fed to it (barge-in taps what it plays)."""
+        self.warning: str | None = None
+        """Once the speaker is open: why the one-speaker rule between servers does not hold (audio/owner.py)."""
 
     def run(self, text: str, speed: float) -> Played:
         """Synthesise and play it all; returns what reached the device (interrupted on a cancel)."""
@@ -70,6 +72,7 @@ class Playback:
             self._voices.prepare(self.voice)
             with self._speakers(self._portaudio, self._device, self.voice.sample_rate, self._cancel) as out:
                 self._speaker = out
+                self.warning = getattr(out, "warning", None)  # a test's speaker may carry none
                 if self.on_open is not None:
                     self.on_open(out)
                 sentences = self._voices.synthesize(self.voice, text, speed, self._cancel)

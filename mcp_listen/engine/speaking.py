@@ -157,7 +157,9 @@ class SpeechOutput:
         finally:
             self.recorder.release(claim)
         first = ms_between(received, played.first_audio_at)
-        return Spoken(voice.name, played.duration_ms, first, played.interrupted, warning=warning)
+        return Spoken(
+            voice.name, played.duration_ms, first, played.interrupted, warning=joined(warning, playback.warning)
+        )
 
     def _speak_in_background(self, playback: Playback, args: SpeakArgs, claim: Any, received: float) -> Spoken:
         """speak_text with wait false: returns once the first sound plays; the claim and the
@@ -173,7 +175,9 @@ class SpeechOutput:
         except BaseException:
             over()
             raise
-        return Spoken(playback.voice.name, None, ms_between(received, first), interrupted=False)
+        return Spoken(
+            playback.voice.name, None, ms_between(received, first), interrupted=False, warning=playback.warning
+        )
 
     def _speak_until_the_user_talks(
         self, args: SpeakArgs, voice: VoiceInfo, device: Any, cancel: Cancel, received: float
@@ -207,6 +211,7 @@ class SpeechOutput:
         if playback.error is not None:
             raise playback.error
         played = playback.played
+        warning = joined(warning, playback.warning)
         if played is None:
             return Spoken(voice.name, 0, None, interrupted=True, warning=warning)
         first = ms_between(received, played.first_audio_at)
@@ -344,6 +349,12 @@ def spoken(voice: str, played: Played | None, received: float) -> Spoken:
     if played is None:
         return Spoken(voice, 0, None, interrupted=False)
     return Spoken(voice, played.duration_ms, ms_between(received, played.first_audio_at), played.interrupted)
+
+
+def joined(*warnings: str | None) -> str | None:
+    """A result's warnings, in one `warning`: None when there is none."""
+    said = [w for w in warnings if w]
+    return " ".join(said) if said else None
 
 
 def check_sayable(text: str) -> None:

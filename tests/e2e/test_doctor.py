@@ -70,7 +70,7 @@ def test_everything_in_place_hears_the_microphone_and_exits_0(vmic, ollama, mode
     assert report["ready"]["speak_text"] is True and report["ready"]["converse"] is True
     assert [c["id"] for c in report["checks"]] == [
         "config", "portaudio", "microphone", "audio", "vad", "whisper_model", "ollama", "ollama_model",
-        "speak", "voice", "speaker", "barge_in",
+        "speak", "voice", "speaker", "barge_in", "one_speaker",
     ]  # fmt: skip
     assert all(c["status"] == "ok" and c["remedy"] is None for c in report["checks"]), report
     assert checks["microphone"]["data"]["device"]["isDefault"] is True
@@ -322,3 +322,16 @@ def test_without_the_speak_extra_speaking_is_a_warning_and_listening_is_ready(vm
     assert "! Speech output" in done.stdout and "mcp-listen[speak]" in done.stdout and "GPL-3.0" in done.stdout
     assert "- Voice" in done.stdout and "not checked: needs the speak extra" in done.stdout
     assert "Not ready: speak_text, converse" in done.stdout and "Ready: list_audio_devices" in done.stdout
+
+
+def test_the_only_voice_installed_stands_in_for_the_default(vmic, ollama, models_dir, tmp_path, piper_voice):
+    """MCP_LISTEN_VOICE unset and en_US-lessac-medium absent: doctor checks the voice speak_text will use,
+    and says how to choose; with MCP_LISTEN_VOICE set to the missing voice, that one is checked."""
+    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir),
+                     MCP_LISTEN_VOICES_PATH=str(piper_voice.parent))  # fmt: skip
+    _, report, _ = run_doctor(env)
+    voice = checks_of(report)["voice"]
+    assert voice["status"] == "ok" and voice["data"]["voice"] == "en_US-joe-medium", voice
+    assert "en_US-lessac-medium is not installed" in voice["detail"] and "MCP_LISTEN_VOICE" in voice["detail"]
+    _, chosen, _ = run_doctor({**env, "MCP_LISTEN_VOICE": "en_US-lessac-medium"})
+    assert checks_of(chosen)["voice"]["status"] == "fail"
