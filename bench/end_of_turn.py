@@ -36,6 +36,7 @@ from rig import ROOT, Rig, audio_assets, stop_player  # noqa: E402
 from stats import Run, cli, save_report, summary, verdict  # noqa: E402
 
 SILENCE_MS, LEAD_MS = 1000, 300  # fmt: skip  # the call's; silence before the speech
+CHOPPY_SILENCE_MS = 10000
 SETTLED_MS = 700
 """Pause heard before the end of speech is read: past Silero's hangover, so it no longer moves."""
 PAUSE_BY_MS = 20000
@@ -215,12 +216,46 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str
     return out
 
 
+def choppy(rig: Rig, model: Path, work: Path, modes: list[str], seconds: int) -> dict[str, Any]:
+    """The server's CPU over `seconds` of choppy speech (JFK's, 200 ms on, 200 ms off: every gap a pause
+    of ASK_AFTER_MS and more), one transcribe_voice per mode, to the end by duration (silence_ms at its
+    most, so JFK's own pauses do not end it)."""
+    jfk = audio_assets.read_wav(ROOT / "tests/assets/jfk.wav")
+    speech = np.resize(jfk[audio_assets.first_loud_sample(jfk) :], seconds * 16000)
+    samples = np.where((np.arange(speech.size) // 3200) % 2 == 0, speech, 0).astype(np.int16)
+    wav = audio_assets.write_wav(samples, work / "choppy.wav")
+    out: dict[str, Any] = {"seconds": seconds}
+    server = rig.server()
+    try:
+        for mode in modes:
+            args = {"whisper_model": model.name, "silence_ms": CHOPPY_SILENCE_MS, "duration_ms": seconds * 1000,
+                    "end_of_turn": mode, "language": "en"}  # fmt: skip
+            cpu = server.stats["cpu_s"]
+            run = rig.play_during(server, "transcribe_voice", args, wav, f"choppy-{mode}", timeout=seconds + 60)
+            used = server.stats["cpu_s"] - cpu
+            out[mode] = {"cpu_s": round(used, 2), "cpu_share_of_a_core": round(used / seconds, 3),
+                         "end_reason": run["result"].get("end_reason")}  # fmt: skip
+            print(mode, out[mode], flush=True)
+    finally:
+        server.close_stdin(), server.stop()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--offline", False, "each signal alone, no live rig"),
                ("--model", ROOT / "tests/assets/ggml-base.bin", "whisper model (multilingual: the set has es, fr)"),
-               ("--threads", 2, "whisper threads"), ("--modes", "silence,smart", "end_of_turn modes, live"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
+               ("--threads", 2, "whisper threads"), ("--modes", "silence,smart", "end_of_turn modes, live"), ("--choppy", 0, "only: N s of choppy speech, CPU per mode"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
     entries = turn_set.build()
     run = Run(**vars(opts), utterances=len(entries))
+    if opts.choppy:
+        with tempfile.TemporaryDirectory() as tmp:
+            rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
+            try:
+                run.report["choppy"] = choppy(rig, opts.model, Path(tmp), opts.modes.split(","), opts.choppy)
+            finally:
+                rig.close()
+        save_report(run.end(), opts.json)
+        return 0
     if opts.offline:
         run.report["offline"] = offline(entries, opts.model)
     else:

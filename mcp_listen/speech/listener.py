@@ -438,7 +438,7 @@ class Listener:
         for ms in PAUSE_HEARD_MS:
             heard_end = end + ms * SAMPLE_RATE // 1000
             if heard_end <= recorded:
-                self.voice.ask(end, ms, functools.partial(self._heard_until, heard_end))
+                self.voice.ask(end, ms, functools.partial(self._heard_until, heard_end), now=recorded)
 
     def _heard_until(self, end: int) -> np.ndarray:
         """The last HEARD_SAMPLES of the recording before sample `end` (fewer at its start)."""

@@ -48,6 +48,13 @@ let go of 19 of the bench's 57 thinking pauses, the least of the four 5 (bench/R
 ASK_AFTER_MS = 100
 """No answer is asked before the pause has lasted this long: each costs ~90 ms of CPU, and a breath
 between words ends sooner."""
+ANSWERS_PER_S = 1.0
+"""The most answers the model works out per second of audio, on average: each costs ~90 ms of CPU, and
+choppy audio (200 ms of speech, 200 ms of silence) paused 2.5 times a second, two answers a pause, so
+listening cost twice the CPU of "silence" (bench/README.md, "Smart end of turn on choppy audio")."""
+ANSWERS_AT_ONCE = len(PAUSE_HEARD_MS)
+"""The budget saved up: one whole pause's answers, so a turn that ends after a second or more of speech
+has every answer it needs at once. An answer over budget waits until the audio has earned it."""
 N_FFT, HOP, N_MELS = 400, 160, 80
 
 
@@ -152,6 +159,29 @@ def shared_smart_turn() -> SmartTurn:
         return _SHARED[0]
 
 
+class AnswerBudget:
+    """At most ANSWERS_PER_S answers per second of audio, ANSWERS_AT_ONCE saved up: a token bucket filled
+    by the recording's own clock (sample numbers), so a loaded machine's late windows change nothing."""
+
+    def __init__(self, per_s: float = ANSWERS_PER_S, at_once: int = ANSWERS_AT_ONCE) -> None:
+        self.per_s = per_s
+        self.at_once = at_once
+        self._saved = float(at_once)
+        self._at: int | None = None
+        self.spent = 0
+
+    def take(self, sample: int) -> bool:
+        """One answer at sample `sample` of the recording, if the audio so far has earned it."""
+        if self._at is not None and sample > self._at:
+            self._saved = min(self.at_once, self._saved + (sample - self._at) / SAMPLE_RATE * self.per_s)
+        self._at = sample if self._at is None else max(self._at, sample)
+        if self._saved < 1.0:
+            return False
+        self._saved -= 1.0
+        self.spent += 1
+        return True
+
+
 class VoiceAtPause:
     """The audio model's least sure answer for the pause in progress, worked out off the audio thread as
     the pause goes on: the listener asks for each of PAUSE_HEARD_MS as soon as that much of the pause is
@@ -161,8 +191,9 @@ class VoiceAtPause:
     thinking pause cost 1.4 answers, ~90 ms of CPU each, a finished turn 3.7). A model that cannot
     load answers NaN: the words decide alone."""
 
-    def __init__(self, finished_from: float) -> None:
+    def __init__(self, finished_from: float, budget: AnswerBudget | None = None) -> None:
         self.finished_from = finished_from
+        self.budget = budget if budget is not None else AnswerBudget()
         self._lock = threading.Lock()
         self._pause: int | None = None
         self._asked: set[int] = set()
@@ -171,14 +202,16 @@ class VoiceAtPause:
         """Asked, not worked out yet: one at a time, in the order asked, on one thread while any wait."""
         self._working = False
 
-    def ask(self, pause: int, ms: int, samples: Callable[[], np.ndarray]) -> None:
+    def ask(self, pause: int, ms: int, samples: Callable[[], np.ndarray], now: int | None = None) -> None:
         """Hear `samples()` (the speech, then `ms` of the pause that began at sample `pause`), read on the
         caller's thread; again for the same pause and ms, or once the pause is decided: nothing. A new pause
-        forgets the one before."""
+        forgets the one before. Over the budget (at sample `now` of the recording), nothing yet: the
+        listener asks again on its next window."""
+        clock = now if now is not None else pause + ms * SAMPLE_RATE // 1000
         with self._lock:
             if pause != self._pause:
                 self._pause, self._asked, self._answers = pause, set(), []
-            if ms in self._asked or self._decided():
+            if ms in self._asked or self._decided() or not self.budget.take(clock):
                 return
             self._asked.add(ms)
         heard = samples()

@@ -236,7 +236,7 @@ class Voice:
     def __init__(self, probability=float("nan")) -> None:
         self.probability = probability
 
-    def ask(self, pause, ms, samples) -> None:
+    def ask(self, pause, ms, samples, now=None) -> None:
         pass
 
     def answer(self, pause):
@@ -285,7 +285,7 @@ class Listening(Voice):
         self.heard: list = []
         self.windows = 0
 
-    def ask(self, pause, ms, samples) -> None:
+    def ask(self, pause, ms, samples, now=None) -> None:
         if (pause, ms) not in [(p, m) for p, m, _, _ in self.heard]:
             self.heard.append((pause, ms, samples(), self.windows))  # as VoiceAtPause: once per pause and ms
 

@@ -15,7 +15,16 @@ import numpy as np
 import pytest
 
 from mcp_listen.speech import smart_turn
-from mcp_listen.speech.smart_turn import PAUSE_HEARD_MS, VoiceAtPause, log_mel, shared_smart_turn
+from mcp_listen.speech.smart_turn import (
+    ANSWERS_AT_ONCE,
+    ANSWERS_PER_S,
+    ASK_AFTER_MS,
+    PAUSE_HEARD_MS,
+    AnswerBudget,
+    VoiceAtPause,
+    log_mel,
+    shared_smart_turn,
+)
 from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
 
 JFK = Path(__file__).resolve().parents[1] / "fixtures" / "turns" / "jfk.wav"
@@ -129,3 +138,31 @@ def test_one_answer_under_the_threshold_holds_the_pause_and_the_rest_are_not_wor
     for ms in PAUSE_HEARD_MS[1:]:
         voice.ask(speech_end, ms, lambda: pytest.fail("worked out after the pause was held"))
     assert voice.answer(speech_end) == (True, probability)
+
+
+def test_choppy_audio_asks_the_model_at_most_its_budget_per_second_of_audio():
+    """200 ms of speech, 200 ms of silence, for 60 s: every pause reaches ASK_AFTER_MS, and without a
+    budget each asked two answers (~300, ~90 ms of CPU each: listening cost twice "silence"). The
+    listener's asks, window by window, are counted against the budget."""
+    budget = AnswerBudget()
+    granted = 0
+    window = 512
+    for pause_start in range(int(0.2 * 16000), 60 * 16000, int(0.4 * 16000)):
+        for recorded in range(pause_start, pause_start + int(0.2 * 16000), window):
+            for ms in PAUSE_HEARD_MS:
+                if pause_start + ms * 16 <= recorded and recorded - pause_start >= ASK_AFTER_MS * 16:
+                    granted += budget.take(recorded)
+                    break  # the listener's VoiceAtPause keeps one ask per ms; one try per window here
+    assert granted <= 60 * ANSWERS_PER_S + ANSWERS_AT_ONCE, granted
+    assert granted >= 60 * ANSWERS_PER_S - 1  # the budget is spent, not refused for good
+
+
+def test_an_answer_over_the_budget_waits_until_the_audio_has_earned_it():
+    samples = then_quiet(read(JFK))
+    speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
+    voice = VoiceAtPause(VOICE_THRESHOLD, AnswerBudget(per_s=1.0, at_once=1))
+    voice.ask(speech_end, 0, lambda: samples[:speech_end], now=speech_end)
+    voice.ask(speech_end, 100, lambda: pytest.fail("over the budget"), now=speech_end + 1600)
+    assert voice.budget.spent == 1
+    voice.ask(speech_end, 100, lambda: samples[: speech_end + 1600], now=speech_end + 16000)  # a second later
+    assert voice.budget.spent == 2
