@@ -98,7 +98,7 @@ def _byte(key: str) -> int:
 def lock_folder() -> Path:
     """This user's private folder for the lock: the runtime folder when it is private, else our temp folder."""
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
+    if runtime and os.path.isabs(runtime) and fcntl is not None:
         try:
             info = os.lstat(runtime)
         except OSError:
