@@ -5,8 +5,11 @@
 
 Reads the doctor's report (the same code paths the tools use) from stdin. Exits 0 when
 transcribe_voice is ready. When only the default whisper model is missing (MODEL_GIVEN is 0:
-the user named none), it runs the doctor's remedy, ``mcp-listen models pull ...``, and exits 0
-if that worked. Otherwise it prints each missing piece with how to get it, and exits 1.
+the user named none, and the doctor says `model_not_found`), it runs the pull the doctor's remedy
+names, ``MCP_LISTEN models pull NAME``, and exits 0 if that worked. The remedy names the command
+as the user could run it (`mcp-listen`, the full path of .venv/bin/mcp-listen when it is not on
+PATH, `pipx run mcp-listen`): only its `models pull NAME` words are taken, and only for the model
+the doctor looked for. Otherwise it prints each missing piece with how to get it, and exits 1.
 """
 
 from __future__ import annotations
@@ -24,13 +27,31 @@ def failing(report: dict) -> list[dict]:
     return [c for c in report.get("checks", []) if c.get("id") in NEEDED and c.get("status") == "fail"]
 
 
+def pull_of(check: dict) -> list[str] | None:
+    """`models pull NAME` from the doctor's remedy when the model it looked for is missing, NAME being
+    that model; None for anything else (a damaged file, a model no pull fetches, another remedy)."""
+    data = check.get("data") or {}
+    if data.get("code") != "model_not_found":
+        return None
+    wanted = str(data.get("wanted", "")).replace("\\", "/").rsplit("/", 1)[-1]
+    short = wanted.removeprefix("ggml-").removesuffix(".bin")
+    try:
+        words = shlex.split(check.get("remedy") or "")
+    except ValueError:
+        return None
+    for i in range(len(words) - 2):
+        if words[i : i + 3] == ["models", "pull", short]:
+            return words[i : i + 3]
+    return None
+
+
 def pull_default_model(check: dict, mcp_listen: str) -> bool:
-    """Run the doctor's own remedy when it is a model download; True when it succeeded."""
-    remedy = check.get("remedy") or ""
-    if not remedy.startswith("mcp-listen models pull "):
+    """Run the pull the doctor's remedy names, with this checkout's command; True when it succeeded."""
+    pull = pull_of(check)
+    if pull is None:
         return False
-    print(f"tools/dev: {check['detail']}\ntools/dev: fetching it: {remedy}", file=sys.stderr)
-    command = [mcp_listen, *shlex.split(remedy)[1:]]
+    command = [mcp_listen, *pull]
+    print(f"tools/dev: {check['detail']}\ntools/dev: fetching it: {shlex.join(command)}", file=sys.stderr)
     return subprocess.run(command, stdin=subprocess.DEVNULL).returncode == 0
 
 

@@ -16,14 +16,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_listen.errors import InvalidArgument
+from mcp_listen.errors import InvalidArgument, temporary_launcher
 
 SERVER_NAME = "mcp-listen"
 PACKAGE = "mcp-listen"
 
+SPEAK_SPEC = f"{PACKAGE}[speak]"
+"""The package with the `speak` extra (Piper, GPL-3.0-or-later): speak_text and converse are served."""
+
 RUNNERS = ("pipx", "uvx", "local")
 """pipx: `pipx run mcp-listen`; uvx: `uvx mcp-listen`; local: this interpreter with `-m mcp_listen`
-(a checkout or any environment mcp-listen is installed in)."""
+(a checkout or any environment mcp-listen is installed in). With the speak extra, `pipx run --spec
+'mcp-listen[speak]' mcp-listen` and `uvx --from 'mcp-listen[speak]' mcp-listen`: both take the command's
+name apart from the package that provides it, which is how each says "with this extra"."""
 
 
 @dataclass(frozen=True)
@@ -37,16 +42,43 @@ class Snippet:
     where: str
 
 
-def server_command(runner: str, python: str | None = None) -> list[str]:
-    """The command line that starts the server over stdio for `runner`."""
+def server_command(runner: str, python: str | None = None, *, speak: bool = False) -> list[str]:
+    """The command line that starts the server over stdio for `runner`, with the speak extra if `speak`."""
     if runner == "pipx":
-        return ["pipx", "run", PACKAGE]
+        return ["pipx", "run", "--spec", SPEAK_SPEC, PACKAGE] if speak else ["pipx", "run", PACKAGE]
     if runner == "uvx":
-        return ["uvx", PACKAGE]
+        return ["uvx", "--from", SPEAK_SPEC, PACKAGE] if speak else ["uvx", PACKAGE]
     if runner == "local":
+        if python is None:
+            _refuse_a_temporary_environment()
+            if speak:
+                _require_piper()
         # Not resolved: a venv's python is a symlink, and resolving it would leave the venv.
         return [os.path.abspath(python or sys.executable), "-m", "mcp_listen"]
     raise InvalidArgument(f"Unknown runner {runner!r}. Choose one of: {', '.join(RUNNERS)}.")
+
+
+def _refuse_a_temporary_environment() -> None:
+    """Under `pipx run` or `uvx` this interpreter lives in their cache, which they empty at will: a client
+    pointed at it would stop starting the server one day, with nothing to say why."""
+    launcher = temporary_launcher()
+    if launcher is None:
+        return
+    raise InvalidArgument(
+        f"--runner local would point the client at {launcher.runner}'s temporary environment ({sys.prefix}), "
+        f"which {launcher.runner} deletes when it likes. Install mcp-listen ({launcher.install}), then run "
+        f"`mcp-listen config CLIENT --runner local` from that install; or use --runner {launcher.runner}."
+    )
+
+
+def _require_piper() -> None:
+    from mcp_listen.config.libraries import installed
+
+    if not installed("piper"):
+        raise InvalidArgument(
+            f"--speak with --runner local needs Piper in this environment ({sys.prefix}), and it is not installed. "
+            "Install the extra into it (pip install 'mcp-listen[speak]'), or use --runner pipx or uvx with --speak."
+        )
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
@@ -169,10 +201,12 @@ def render(
     env: Mapping[str, str] | None = None,
     *,
     python: str | None = None,
+    speak: bool = False,
 ) -> Snippet:
-    """The snippet that adds mcp-listen to `client`, launched by `runner`, with `env` set for the server."""
+    """The snippet that adds mcp-listen to `client`, launched by `runner` (with the speak extra if
+    `speak`), with `env` set for the server."""
     spec = CLIENTS.get(client)
     if spec is None:
         raise InvalidArgument(f"Unknown client {client!r}. Choose one of: {', '.join(CLIENTS)}.")
-    command = server_command(runner, python)
+    command = server_command(runner, python, speak=speak)
     return Snippet(client=client, format=spec.format, text=spec.build(command, dict(env or {})), where=spec.where)

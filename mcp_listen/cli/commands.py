@@ -24,7 +24,7 @@ from mcp_listen.contract.limits import (
 )
 from mcp_listen.contract.results import Conversed, wire
 from mcp_listen.engine.engine import Engine
-from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, InvalidArgument, ListenError, command
+from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, InvalidArgument, ListenError, VoiceError, command
 from mcp_listen.whisper.names import SUGGESTED_MODEL
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
@@ -115,12 +115,10 @@ def query(opts: argparse.Namespace, settings: Settings) -> int:
 def converse(opts: argparse.Namespace, settings: Settings) -> int:
     """converse from a terminal: speak, then listen; how soon after the speech the microphone was
     taken as the user's goes to stderr with the other progress."""
-    from mcp_listen.voice.synth import PIPER_MISSING, available
-
-    if not available():
-        raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
+    _need_piper()
     fields = (*RECORDING_FIELDS, *TURN_FIELDS, *WHISPER_FIELDS, "text", "voice", "speed", "output_device", "barge_in")
     args = arguments.parse_args(arguments.ConverseArgs, tool_args(opts, fields))
+    _tell_the_default_voice(args.voice, settings)
 
     def turn(say: _Say) -> Any:
         result = Engine(settings).converse(args, progress=say)
@@ -129,6 +127,25 @@ def converse(opts: argparse.Namespace, settings: Settings) -> int:
         return result
 
     return _voice_command(turn)
+
+
+def _need_piper() -> None:
+    """Piper missing is a dependency unavailable (69), as every other one is, not an internal error."""
+    from mcp_listen.voice.synth import PIPER_MISSING, available
+
+    if not available():
+        raise VoiceError(PIPER_MISSING, code="piper_missing")
+
+
+def _tell_the_default_voice(voice: str | None, settings: Settings) -> None:
+    """On stderr, when no voice was named and another stands in for a default that is not installed:
+    which, and how to choose one (voice/store.py's default_voice, which the engine follows too)."""
+    from mcp_listen.voice.store import default_voice
+
+    if not voice:
+        note = default_voice(settings).note
+        if note:
+            print(f"({note})", file=sys.stderr)
 
 
 def turn_lines(result: Conversed, *, words: bool) -> list[str]:
@@ -163,15 +180,13 @@ def _voice_command(run: Callable[[_Say], Any]) -> int:
 def say(opts: argparse.Namespace, settings: Settings) -> int:
     """speak_text from a terminal: the same validation and engine code; Ctrl-C stops the sound at once.
     With --save the speech goes to a new WAV file (the voice's rate) and no device is opened."""
-    from mcp_listen.voice.synth import PIPER_MISSING, available
-
-    if not available():
-        raise ListenError(PIPER_MISSING, code="piper_missing", stage="speak")
+    _need_piper()
     if opts.save is not None and opts.device is not None:
         raise InvalidArgument("--save writes a file and --device names a speaker: give one of them.")
     if opts.force and opts.save is None:
         raise InvalidArgument("--force only applies to --save FILE.wav.")
     args = arguments.parse_args(arguments.SpeakArgs, tool_args(opts, ("text", "voice", "speed", "device", "barge_in")))
+    _tell_the_default_voice(args.voice, settings)
     engine = Engine(settings)
     if opts.save is None:
         print_json(wire(engine.speak(args)))
@@ -391,7 +406,7 @@ def config(opts: argparse.Namespace, settings: Settings) -> int:
     from mcp_listen.cli import client_config
 
     env = client_config.parse_env(opts.env)
-    snippet = client_config.render(opts.client, opts.runner, env)
+    snippet = client_config.render(opts.client, opts.runner, env, speak=opts.speak)
     print(snippet.text)
     print(snippet.where, file=sys.stderr)
     return EXIT_OK

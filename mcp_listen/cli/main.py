@@ -146,6 +146,11 @@ def _doctor_and_config(sub: Any) -> None:
         "--runner", choices=RUNNERS, default="pipx", help="how the client starts mcp-listen (default pipx)"
     )
     config.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable for the server")
+    config.add_argument(
+        "--speak",
+        action="store_true",
+        help="start it with the speak extra (Piper, GPL-3.0-or-later): pipx run --spec 'mcp-listen[speak]' mcp-listen",
+    )
 
 
 def _whisper_options(p: argparse.ArgumentParser) -> None:

@@ -384,3 +384,40 @@ def test_voices_lists_nothing_with_the_pull_command(tmp_path):
     env = server_env(MCP_LISTEN_VOICES_PATH=str(tmp_path / "none"))
     done = run(["voices"], env)
     assert done.returncode == 69 and "mcp-listen voices pull en_US-lessac-medium" in done.stdout
+
+
+def test_voices_pull_into_a_file_names_the_file_and_what_to_do(tmp_path):
+    a_file = tmp_path / "voices"
+    a_file.write_text("not a folder")
+    env = server_env(MCP_LISTEN_VOICES_PATH=str(a_file), MCP_LISTEN_VOICES_URL="http://127.0.0.1:9/none")
+    done = run(["voices", "pull", "en_US-joe-medium"], env)
+    assert done.returncode == 69 and f"{a_file} is a file, not a folder" in done.stderr, done.stderr
+    assert "MCP_LISTEN_VOICES_PATH" in done.stderr and ".partial" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, "one message, no warnings about partials"
+
+
+HIDE_PIPER = "import sys; sys.modules['piper'] = None; from mcp_listen.cli.main import main; sys.exit(main())"
+"""mcp-listen without the speak extra: Piper hidden from the interpreter."""
+
+
+@pytest.mark.parametrize("command", [["say", "Hello there."], ["converse", "Hello there."]], ids=lambda c: c[0])
+def test_speaking_without_piper_is_a_missing_dependency_69_not_an_internal_error(tmp_path, command):
+    done = subprocess.run([sys.executable, "-c", HIDE_PIPER, *command], env=server_env(HOME=str(tmp_path)),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 69, done.stderr
+    assert "mcp-listen[speak]" in done.stderr and "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_say_speaks_with_the_only_voice_installed_and_says_how_to_choose(tmp_path, piper_voice):
+    """MCP_LISTEN_VOICE unset and the default en_US-lessac-medium absent: the voice there speaks."""
+    out = tmp_path / "hello.wav"
+    env = server_env(MCP_LISTEN_VOICES_PATH=str(piper_voice.parent), HOME=str(tmp_path))
+    done = run(["say", "--save", str(out), "Hello there."], env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out) and out.stat().st_size > 10_000
+    assert "en_US-lessac-medium is not installed: speaking with en_US-joe-medium" in done.stderr
+    assert "MCP_LISTEN_VOICE" in done.stderr
+    chosen = run(
+        ["say", "--save", str(tmp_path / "no.wav"), "Hello."], {**env, "MCP_LISTEN_VOICE": "en_US-lessac-medium"}
+    )
+    assert chosen.returncode == 69 and "voices pull en_US-lessac-medium" in chosen.stderr, "the user's choice stands"

@@ -57,10 +57,36 @@ def preflight(doctor_json: str, cli: Path, model_given: bool = False) -> subproc
     )  # fmt: skip
 
 
-MODEL_MISSING = check(
-    "whisper_model", "fail", 'Whisper model "ggml-base.en.bin" not found', "mcp-listen models pull base.en"
-)
 NO_MIC = check("microphone", "fail", "No input device found.", "Connect a microphone")
+
+
+@pytest.fixture(scope="module")
+def real_doctor(vmic, tmp_path_factory) -> dict:
+    """`mcp-listen doctor --json` as tools/dev runs it (the venv's console script, not on PATH) with the
+    whisper model missing (WHISPER_MODEL_PATH and HOME at empty folders) and all else real: the virtual
+    microphone, the Silero model, Ollama refused (listening does not need it)."""
+    from fake_ollama import refused_url
+
+    root = tmp_path_factory.mktemp("doctor")
+    (root / "models").mkdir()
+    (root / "home").mkdir()
+    venv_bin = str(Path(sys.executable).parent)
+    env = vmic.child_env(
+        {k: v for k, v in os.environ.items() if not k.startswith(("MCP_LISTEN_", "WHISPER_", "OLLAMA_"))}
+    )
+    env.update(HOME=str(root / "home"), WHISPER_MODEL_PATH=str(root / "models"), OLLAMA_HOST=refused_url(),
+               PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin))  # fmt: skip
+    done = subprocess.run([str(Path(venv_bin) / "mcp-listen"), "doctor", "--json"], env=env, capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL)  # fmt: skip
+    report = json.loads(done.stdout)
+    failing = {c["id"]: c for c in report["checks"] if c["status"] == "fail"}
+    assert "whisper_model" in failing and not {"portaudio", "microphone", "audio", "vad"} & set(failing), failing
+    return report
+
+
+def model_missing(report: dict) -> dict:
+    """The doctor's own whisper_model check: its detail, remedy and data as it prints them."""
+    return next(c for c in report["checks"] if c["id"] == "whisper_model")
 
 
 def test_preflight_passes_when_transcribe_voice_is_ready(tmp_path):
@@ -69,29 +95,48 @@ def test_preflight_passes_when_transcribe_voice_is_ready(tmp_path):
     assert (done.returncode, done.stderr, log.exists()) == (0, "", False)
 
 
-def test_preflight_names_every_missing_piece_and_how_to_get_it(tmp_path):
+def test_the_real_doctor_names_the_pull_by_the_commands_full_path(real_doctor):
+    """Off PATH, the remedy names .venv/bin/mcp-listen by its full path: what the pre-flight must read."""
+    remedy = model_missing(real_doctor)["remedy"]
+    assert remedy == f"{Path(sys.executable).parent / 'mcp-listen'} models pull base.en", remedy
+
+
+def test_preflight_fetches_the_default_model_the_real_doctor_says_is_missing(tmp_path, real_doctor):
     cli, log = fake_cli(tmp_path, 0)
-    done = preflight(report(NO_MIC, check("audio", "skip"), MODEL_MISSING, check("ollama", "fail", "Ollama down")), cli)
+    done = preflight(json.dumps(real_doctor), cli)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().split() == ["models", "pull", "base.en"]
+    assert "fetching it" in done.stderr
+
+
+def test_preflight_names_every_missing_piece_and_how_to_get_it(tmp_path, real_doctor):
+    cli, log = fake_cli(tmp_path, 0)
+    checks = (NO_MIC, check("audio", "skip"), model_missing(real_doctor), check("ollama", "fail", "Ollama down"))
+    done = preflight(report(*checks), cli)
     assert done.returncode == 1
     assert "Microphone: No input device found." in done.stderr and "Connect a microphone" in done.stderr
-    assert "ggml-base.en.bin" in done.stderr and ".venv/bin/mcp-listen models pull base.en" in done.stderr
+    assert "ggml-base.en.bin" in done.stderr and "mcp-listen models pull base.en" in done.stderr
     assert "Ollama" not in done.stderr  # listening does not need Ollama
     assert not log.exists(), "nothing is downloaded while the microphone is missing"
 
 
-def test_preflight_fetches_the_default_model_when_that_is_all_that_is_missing(tmp_path):
-    cli, log = fake_cli(tmp_path, 0)
-    done = preflight(report(check("microphone", "ok"), MODEL_MISSING), cli)
-    assert done.returncode == 0, done.stderr
-    assert log.read_text().split() == ["models", "pull", "base.en"]
-
-
-def test_preflight_reports_a_failed_download_and_a_model_the_user_named(tmp_path):
+def test_preflight_reports_a_failed_download_and_a_model_the_user_named(tmp_path, real_doctor):
     cli, log = fake_cli(tmp_path, 69)
-    failed = preflight(report(MODEL_MISSING), cli)
+    failed = preflight(json.dumps(real_doctor), cli)
     assert failed.returncode == 1 and "how to get it" in failed.stderr
-    named = preflight(report(MODEL_MISSING), cli, model_given=True)
+    named = preflight(json.dumps(real_doctor), cli, model_given=True)
     assert named.returncode == 1 and log.read_text().count("pull") == 1  # the user's own model is not replaced
+
+
+def test_preflight_pulls_only_a_missing_model_named_in_the_remedy(tmp_path, real_doctor):
+    """A damaged model, or a default (MCP_LISTEN_WHISPER_MODEL) that no pull fetches, is not "missing
+    base.en": pulling base.en would not make `listen` work."""
+    cli, log = fake_cli(tmp_path, 0)
+    damaged = {**model_missing(real_doctor), "data": {**model_missing(real_doctor)["data"], "code": "model_invalid"}}
+    custom = {**model_missing(real_doctor), "data": {**model_missing(real_doctor)["data"], "wanted": "ggml-mine.bin"}}
+    for changed in (damaged, custom):
+        assert preflight(report(check("microphone", "ok"), changed), cli).returncode == 1
+    assert not log.exists()
 
 
 def test_preflight_without_a_report_says_how_to_see_why(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -301,10 +302,45 @@ def test_installed_console_script_serves_mcp(installed, work, vmic, monkeypatch)
     assert result["structuredContent"]["speech_detected"] is False
 
 
+def users_env(work: Path, home: str) -> dict[str, str]:
+    """clean_env with its own empty HOME and without PIPX_HOME: pipx's default layout, the one users have
+    (`pipx run` keeps its venv in ~/.cache/pipx/<hash> since pipx 1.5)."""
+    env = clean_env(work, HOME=str(work / home))
+    (work / home).mkdir(exist_ok=True)
+    for name in ("PIPX_HOME", "PIPX_BIN_DIR", "PIPX_MAN_DIR", "XDG_CACHE_HOME", "XDG_DATA_HOME"):
+        env.pop(name, None)
+    return env
+
+
+def run_as_user(cmd: list[str], work: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    (work / "cwd").mkdir(exist_ok=True)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, cwd=work / "cwd", env=env,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def check_temporary_environment(launched: list[str], runner: str, wheel: Path, work: Path, env: dict) -> None:
+    """Run from a runner's cache, mcp-listen names the runner in its remedies, never the cache (which the
+    runner empties at will), and `config --runner local` refuses to point a client there."""
+    again, install = {
+        "pipx": (f"pipx run --spec {shlex.quote(str(wheel))} mcp-listen", f"pipx install {shlex.quote(str(wheel))}"),
+        "uvx": (f"uvx --from {shlex.quote(str(wheel))} mcp-listen", f"uv tool install {shlex.quote(str(wheel))}"),
+    }[runner]
+    models = run_as_user([*launched, "models"], work, env)
+    assert models.returncode == 69, models.stdout + models.stderr
+    assert f"Fetch one: {again} models pull base.en" in models.stdout, models.stdout
+    local = run_as_user([*launched, "config", "cursor", "--runner", "local"], work, env)
+    assert local.returncode == 64 and local.stdout == "", local.stderr
+    assert install in local.stderr and f"--runner {runner}" in local.stderr
+
+
 @pytest.mark.slow
 def test_pipx_run_the_wheel(dist, work):
-    done = run([sys.executable, "-m", "pipx", "run", "--spec", str(dist["wheel"]), "mcp-listen", "--version"], work)
-    assert done.stdout.strip().splitlines()[-1] == f"mcp-listen {__version__}"
+    env = users_env(work, "pipx-user")
+    pipx = [sys.executable, "-m", "pipx", "run", "--spec", str(dist["wheel"]), "mcp-listen"]
+    done = run_as_user([*pipx, "--version"], work, env)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == f"mcp-listen {__version__}", done.stderr
+    assert list((work / "pipx-user" / ".cache" / "pipx").glob("*/pipx_metadata.json")), "pipx's default layout"
+    check_temporary_environment(pipx, "pipx", dist["wheel"], work, env)
 
 
 @pytest.mark.slow
@@ -314,3 +350,5 @@ def test_uvx_from_the_wheel(dist, work):
         pytest.fail("uvx is missing: install the test extra (pip install -e '.[test]')")
     done = run([uvx, "--from", str(dist["wheel"]), "mcp-listen", "--version"], work)
     assert done.stdout.strip().splitlines()[-1] == f"mcp-listen {__version__}"
+    launched = [uvx, "--from", str(dist["wheel"]), "mcp-listen"]
+    check_temporary_environment(launched, "uvx", dist["wheel"], work, users_env(work, "uv-user"))

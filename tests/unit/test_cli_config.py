@@ -152,3 +152,109 @@ def test_parse_env():
     for bad in ("A", "=1", "A B=1"):
         with pytest.raises(InvalidArgument):
             client_config.parse_env([bad])
+
+
+# ------------------------------------------------------------------------------ the speak extra
+
+SPEAK_COMMANDS = {
+    "pipx": ["pipx", "run", "--spec", "mcp-listen[speak]", "mcp-listen"],
+    "uvx": ["uvx", "--from", "mcp-listen[speak]", "mcp-listen"],  # uv's docs: `uvx --from 'mypy[faster-cache]' mypy`
+}
+
+
+def command_in(snippet: client_config.Snippet) -> list[str]:
+    """The command line a snippet makes its client run, read back as the client reads it."""
+    if snippet.format == "json":
+        (entry,) = next(iter(json.loads(snippet.text).values())).values()
+        return [entry["command"], *entry["args"]]
+    if snippet.format == "toml":
+        tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+        (entry,) = tomllib.loads(snippet.text)["mcp_servers"].values()
+        return [entry["command"], *entry["args"]]
+    words = shlex.split(snippet.text)
+    return words[words.index("--") + 1 :]
+
+
+@pytest.mark.parametrize("runner", ["pipx", "uvx"])
+@pytest.mark.parametrize("client", list(client_config.CLIENTS))
+def test_speak_starts_the_server_with_the_speak_extra_in_every_client(client, runner):
+    assert command_in(client_config.render(client, runner, speak=True)) == SPEAK_COMMANDS[runner]
+    assert command_in(client_config.render(client, runner)) == RUNNER_COMMANDS[runner]
+
+
+def test_the_speak_option_on_the_command_line():
+    done = run_config("claude-code", "--speak")
+    assert done.returncode == EXIT_OK, done.stderr
+    assert done.stdout.strip() == "claude mcp add mcp-listen -- pipx run --spec 'mcp-listen[speak]' mcp-listen"
+    entry = entry_of("cursor", run_config("cursor", "--runner", "uvx", "--speak").stdout)
+    assert [entry["command"], *entry["args"]] == SPEAK_COMMANDS["uvx"]
+
+
+def test_speak_with_the_local_runner_needs_piper_here():
+    from mcp_listen.voice.synth import available
+
+    assert available(), "the test environment has the speak extra"
+    entry = entry_of("vscode", run_config("vscode", "--runner", "local", "--speak").stdout)
+    assert [entry["command"], *entry["args"]] == [sys.executable, "-m", "mcp_listen"]
+    hide_piper = "import sys; sys.modules['piper'] = None; from mcp_listen.cli.main import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", hide_piper, "config", "vscode", "--runner", "local", "--speak"],
+                          capture_output=True, text=True, timeout=60, env=rpc.server_env())  # fmt: skip
+    assert done.returncode == EXIT_USAGE and done.stdout == ""
+    assert "pip install 'mcp-listen[speak]'" in done.stderr and "--runner pipx" in done.stderr
+
+
+# ------------------------------------------------------- pipx run and uvx: temporary environments
+
+
+def _pipx_run_venv(root, spec: str):
+    """A venv as `pipx run --spec SPEC` leaves it (pipx 1.18, measured: ~/.cache/pipx/<hash>/ holding
+    pipx_metadata.json with the spec as given)."""
+    prefix = root / ".cache" / "pipx" / "259c55a8e99e498"
+    prefix.mkdir(parents=True)
+    (prefix / "pipx_metadata.json").write_text(
+        json.dumps({"main_package": {"package": "mcp-listen", "package_or_url": spec}})
+    )
+    return prefix
+
+
+def _uvx_venv(root, url: str | None):
+    """An environment as `uvx --from X` leaves it (uv 0.13, measured: <cache>/archive-v0/<hash>/, a
+    pyvenv.cfg naming uv, direct_url.json when X was a path)."""
+    prefix = root / "uv-cache" / "archive-v0" / "Qeum4mtCi7geHnp1"
+    info = prefix / "lib" / "python3.11" / "site-packages" / "mcp_listen-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\nimplementation = CPython\nuv = 0.13.10\n")
+    if url:
+        (info / "direct_url.json").write_text(json.dumps({"url": url, "dir_info": {}}))
+    return prefix
+
+
+def test_remedies_under_pipx_run_and_uvx_name_them_not_their_cache(tmp_path):
+    from mcp_listen.errors import temporary_launcher
+
+    assert temporary_launcher(_pipx_run_venv(tmp_path / "a", "mcp-listen")).command == "pipx run mcp-listen"
+    clone = temporary_launcher(_pipx_run_venv(tmp_path / "b", "/src/my clone"))
+    assert (clone.command, clone.install) == (
+        "pipx run --spec '/src/my clone' mcp-listen",
+        "pipx install '/src/my clone'",
+    )
+    speak = temporary_launcher(_pipx_run_venv(tmp_path / "c", "mcp-listen[speak]"))
+    assert speak.command == "pipx run --spec 'mcp-listen[speak]' mcp-listen"
+    assert temporary_launcher(_uvx_venv(tmp_path / "d", None)).command == "uvx mcp-listen"
+    wheel = temporary_launcher(_uvx_venv(tmp_path / "e", "file:///dist/mcp_listen-0.1.0-py3-none-any.whl"))
+    assert (wheel.runner, wheel.command) == ("uvx", "uvx --from /dist/mcp_listen-0.1.0-py3-none-any.whl mcp-listen")
+    installed = tmp_path / "pipx" / "venvs" / "mcp-listen"  # `pipx install`: no cache, mcp-listen is on PATH
+    installed.mkdir(parents=True)
+    (installed / "pipx_metadata.json").write_text("{}")
+    assert temporary_launcher(installed) is None and temporary_launcher(tmp_path / "venv") is None
+
+
+def test_the_local_runner_refuses_a_pipx_run_cache(tmp_path):
+    """`pipx run mcp-listen config X --runner local` would point the client at pipx's cache: the CLI run
+    with sys.prefix at a pipx run venv's layout (tests/install/test_packaging.py runs the real pipx)."""
+    prefix = _pipx_run_venv(tmp_path, "mcp-listen")
+    code = "import sys; sys.prefix = sys.argv.pop(1); from mcp_listen.cli.main import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", code, str(prefix), "config", "cursor", "--runner", "local"],
+                          capture_output=True, text=True, timeout=60, env=rpc.server_env())  # fmt: skip
+    assert done.returncode == EXIT_USAGE and done.stdout == "", done.stderr
+    assert "pipx install mcp-listen" in done.stderr and "--runner pipx" in done.stderr and str(prefix) in done.stderr
