@@ -335,16 +335,3 @@ def test_the_only_voice_installed_stands_in_for_the_default(vmic, ollama, models
     assert "en_US-lessac-medium is not installed" in voice["detail"] and "MCP_LISTEN_VOICE" in voice["detail"]
     _, chosen, _ = run_doctor({**env, "MCP_LISTEN_VOICE": "en_US-lessac-medium"})
     assert checks_of(chosen)["voice"]["status"] == "fail"
-
-
-def test_the_only_voice_installed_stands_in_for_the_default(vmic, ollama, models_dir, tmp_path, piper_voice):
-    """MCP_LISTEN_VOICE unset and en_US-lessac-medium absent: doctor checks the voice speak_text will use,
-    and says how to choose; with MCP_LISTEN_VOICE set to the missing voice, that one is checked."""
-    env = doctor_env(vmic.child_env(), tmp_path, OLLAMA_HOST=ollama.url, WHISPER_MODEL_PATH=str(models_dir),
-                     MCP_LISTEN_VOICES_PATH=str(piper_voice.parent))  # fmt: skip
-    _, report, _ = run_doctor(env)
-    voice = checks_of(report)["voice"]
-    assert voice["status"] == "ok" and voice["data"]["voice"] == "en_US-joe-medium", voice
-    assert "en_US-lessac-medium is not installed" in voice["detail"] and "MCP_LISTEN_VOICE" in voice["detail"]
-    _, chosen, _ = run_doctor({**env, "MCP_LISTEN_VOICE": "en_US-lessac-medium"})
-    assert checks_of(chosen)["voice"]["status"] == "fail"
