@@ -116,7 +116,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_readme_argument_table_states_the_limits():
     """The README is prose and cannot import limits.py; this pins its argument table to it."""
     text = README.read_text()
-    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)` \|.*$", text, flags=re.M)}
+    rows: dict[str, str] = {}
+    for m in re.finditer(r"^\| `(\w+)` \|.*$", text, flags=re.M):
+        rows[m.group(1)] = rows.get(m.group(1), "") + m.group(0)  # `device` has a microphone and a speaker row
     L = limits
     assert f"integer {L.MIN_DURATION_MS}–{L.MAX_DURATION_MS}" in rows["duration_ms"]
     assert f"capture_audio: {L.CAPTURE_DURATION_MS}." in rows["duration_ms"]
