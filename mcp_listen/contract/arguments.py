@@ -345,7 +345,17 @@ def _show(value: Any) -> str:
     return f"{text} ({names.get(kind, kind)})"
 
 
-STATED_DEFAULTS = ("whisper_model", "language", "model", "prompt", "silence_ms", "end_of_turn", "max_pause_ms", "voice")
+STATED_DEFAULTS = (
+    "whisper_model",
+    "language",
+    "model",
+    "prompt",
+    "silence_ms",
+    "end_of_turn",
+    "max_pause_ms",
+    "voice",
+    "barge_in",
+)
 """The arguments whose schema states a `default`: the ones the user can set (MCP_LISTEN_*)."""
 
 
@@ -360,7 +370,7 @@ def input_schema(model: type[ToolArgs], defaults: Defaults = Defaults()) -> dict
         if "description" in prop:
             prop["description"] = prop["description"].format_map(words)
         if name in STATED_DEFAULTS:
-            prop["default"] = words[name]
+            prop["default"] = getattr(defaults, name)  # typed as the caller passes it (a boolean, not "true")
         else:
             prop.pop("default", None)
     return schema

@@ -161,6 +161,13 @@ def test_schemas_state_the_effective_defaults():
     assert "default" not in props["duration_ms"] and "{" not in props["duration_ms"]["description"]
 
 
+def test_barge_in_s_effective_default_is_stated_as_a_boolean():
+    """MCP_LISTEN_BARGE_IN sets it, so tools/list states it, typed as the caller passes it."""
+    for barge_in in (True, False):
+        schema = arguments.input_schema(arguments.ConverseArgs, limits.Defaults(barge_in=barge_in))
+        assert schema["properties"]["barge_in"]["default"] is barge_in
+
+
 def test_the_words_so_far_are_marked_partial_and_keep_their_latest_200_characters():
     from mcp_listen.contract.limits import PARTIAL_PREFIX, PARTIAL_TEXT_CHARS, partial_message
 
