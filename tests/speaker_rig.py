@@ -117,6 +117,27 @@ def sounding_ms(samples: np.ndarray, window_ms: int = 10) -> int:
     return int((peaks > SOUND).sum()) * window_ms
 
 
+GAP_MS = 20
+"""A run of exact zeros this long in a recording of the speaker is the sink's own silence: the stream had nothing
+to play (synthesis slower than the speech on a busy machine). Piper's quiet is never exact zeros that long."""
+PLAYED_TOLERANCE_MS = 150
+"""How far a stopped speech's played_ms may be from what the speaker's recording holds: the speaker counts
+what its buffer held when the stop dropped it out (0-37 ms over it on a loaded rig, bench/README.md)."""
+
+
+def heard_ms(samples: np.ndarray) -> int:
+    """How much of a speech the speaker played: from its first to its last sample that is not silent, less the
+    gaps (runs of exact zeros of GAP_MS or more). Unlike sound_span_ms, a gap is not counted as speech."""
+    sounding = np.flatnonzero(samples)
+    if len(sounding) == 0:
+        return 0
+    zero = np.concatenate([[0], (samples[sounding[0] : sounding[-1] + 1] == 0).astype(np.int8), [0]])
+    edges = np.diff(zero)
+    runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+    gaps = int(runs[runs >= 16 * GAP_MS].sum())
+    return round((sounding[-1] + 1 - sounding[0] - gaps) / 16)
+
+
 def transcribe(samples: np.ndarray, model_path: Path, rate: int = 16000) -> str:
     """What whisper hears in int16 samples (resampled to 16 kHz when `rate` differs)."""
     from mcp_listen.whisper.transcriber import Transcriber

@@ -62,6 +62,7 @@ class Played:
     """What reached the device."""
 
     frames: int
+    """All that was fed; cut short, what the device had played when the stop dropped what its buffer held."""
     sample_rate: int
     first_audio_at: float | None
     """time.monotonic() when the first block was handed to PortAudio; None when nothing was."""
@@ -109,6 +110,10 @@ class Speaker:
         self.first_audio_at: float | None = None
         self._frames = 0
         self._fed = 0
+        self._plays_until = 0.0
+        """time.monotonic() when the last block handed to the device will have played: each plays from when it
+        was handed, or from the end of the one before if that is later (a device plays in order, and silence
+        while it has nothing: a gap)."""
         self._interrupted = False
         self._blocked_since: float | None = None
         self._stalled = False
@@ -226,10 +231,11 @@ class Speaker:
 
     def _stopping(self) -> bool:
         if self._stop.is_set() or self._abandoned.is_set():
-            if not self._interrupted and self.first_audio_at is not None:
-                # what sits in the device's buffer is dropped by the abort: count only what was heard
-                heard = int((time.monotonic() - self.first_audio_at) * self.device_rate)
-                self._frames = min(self._frames, heard)
+            if not self._interrupted:
+                # what sits in the device's buffer is dropped by the abort: count only what was heard. Not the
+                # time since the first sound: after a gap (synthesis slower than the speech) it counts silence
+                unplayed = max(0.0, self._plays_until - time.monotonic())
+                self._frames = max(0, self._frames - round(unplayed * self.device_rate))
             self._interrupted = True
             return True
         return False
@@ -251,6 +257,7 @@ class Speaker:
                     return
                 piece = samples[start : start + block]
                 handed_at = time.monotonic()
+                self._plays_until = max(self._plays_until, handed_at) + len(piece) / self.device_rate
                 ran_dry = self._write(stream, piece) and self._frames > 0
                 self.underflows += ran_dry
                 if self.tap is not None:

@@ -15,8 +15,18 @@ import jackmic
 import numpy as np
 import pytest
 from rpc import error_of, mcp_client, tool_call, wire
-from speaker_rig import FOX, LONG, recording_the_speaker, sound_span_ms, sounding_ms, transcribe
+from speaker_rig import (
+    FOX,
+    LONG,
+    PLAYED_TOLERANCE_MS,
+    heard_ms,
+    recording_the_speaker,
+    sound_span_ms,
+    sounding_ms,
+    transcribe,
+)
 from speech_checks import wer
+from timing import near, within
 
 pytestmark = pytest.mark.anyio
 
@@ -95,9 +105,9 @@ def test_a_cancelled_speech_stops_and_frees_the_device(speak_env, vmic, tmp_path
 
 
 def sounded_ms(raw: Path) -> int:
-    """How long the speaker's recording so far holds sound (it is still being written)."""
+    """How much speech the speaker's recording so far holds, its gaps left out (it is still being written)."""
     data = raw.read_bytes()
-    return sound_span_ms(np.frombuffer(data[: len(data) // 2 * 2], dtype=np.int16))
+    return heard_ms(np.frombuffer(data[: len(data) // 2 * 2], dtype=np.int16))
 
 
 def test_stop_speaking_cuts_the_speech_short_and_the_call_says_so(speak_env, vmic, tmp_path):
@@ -127,12 +137,13 @@ def test_stop_speaking_cuts_the_speech_short_and_the_call_says_so(speak_env, vmi
         second = w.call("stop_speaking", {})["structuredContent"]
         after = w.status()
     assert idle == {"stopped": False, "played_ms": None}
-    assert stopped["stopped"] is True and 1000 <= stopped["played_ms"] <= 8000, stopped
-    assert answered <= 2.0, answered  # the bench times it; here only that it does not wait for the text
+    assert stopped["stopped"] is True and 1000 <= stopped["played_ms"] <= 8000, stopped  # the text takes ~20 s
+    within(answered, 2.0, "stop_speaking's answer")  # the bench times it; here only that it does not wait for the text
     assert spoken["interrupted"] is True and spoken["duration_ms"] == stopped["played_ms"], (spoken, stopped)
     assert free["tool"] is None and not free.get("speaking"), free
-    heard = sound_span_ms(np.fromfile(raw, dtype=np.int16))
-    assert 500 <= heard <= stopped["played_ms"] + 1000, (heard, stopped)  # the whole text takes ~20 s
+    # what the speaker played, its gaps left out (on a busy machine the next sentence can come seconds late:
+    # 4.4 s of sound_span_ms held 1.37 s of speech), is what played_ms says
+    near(heard_ms(np.fromfile(raw, dtype=np.int16)), stopped["played_ms"], PLAYED_TOLERANCE_MS, "heard vs played_ms")
     assert second["stopped"] is True and second["played_ms"] >= 500, second
     assert after["tool"] is None, after
 
@@ -180,7 +191,7 @@ def test_two_servers_never_speak_at_once_and_the_second_is_told_who_speaks(speak
         pid = first.server.proc.pid
     error = error_of(refused)["error"]
     assert error["code"] == "busy" and f"pid {pid}" in error["message"], error
-    assert answered <= 5.0, answered  # refused, not queued behind a 20 s speech
+    within(answered, 5.0, "the second server's refusal")  # refused, not queued behind a 20 s speech
     assert not later.get("isError"), later
 
 

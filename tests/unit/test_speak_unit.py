@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from rpc import ALL_TOOLS, LISTENING_TOOLS
+from timing import near
 
 from mcp_listen.config import Settings, load_settings
 from mcp_listen.contract import arguments, results
@@ -641,6 +642,60 @@ def test_the_speaker_writes_small_blocks_and_stops_between_them():
         cut = out.finish()
     assert cut.interrupted and cut.frames < 22050 * 10
     assert stream.aborted and not lock.locked()
+
+
+class BufferedDevice(FakeStream):
+    """A sound card that plays in real time from a buffer of `latency` seconds: a write waits for room,
+    and with nothing buffered it plays silence (a gap) until the next write. An abort drops what is
+    buffered; `heard_ms` is what it had played by then."""
+
+    def __init__(self, rate: int, latency: float) -> None:
+        super().__init__()
+        self.rate, self.latency = rate, latency
+        self.written, self.ends_at = 0, 0.0
+        """Frames written; time.monotonic() when what is buffered has played out."""
+        self.heard_ms: float | None = None
+
+    def write(self, block: Any) -> bool:
+        while (self.ends_at - time.monotonic()) * self.rate + len(block) > self.latency * self.rate:
+            time.sleep(0.002)
+        now = time.monotonic()
+        dry = self.ends_at < now and self.written > 0
+        self.ends_at = max(self.ends_at, now) + len(block) / self.rate
+        self.written += len(block)
+        return dry
+
+    def abort(self, ignore_errors: bool = True) -> None:
+        self.aborted_at = time.monotonic()
+        if self.heard_ms is None:
+            unplayed = max(0.0, self.ends_at - self.aborted_at)
+            self.heard_ms = (self.written / self.rate - unplayed) * 1000
+
+
+def test_a_stopped_speech_counts_what_the_device_played_not_what_its_buffer_held():
+    """played_ms is what was heard: after a gap (synthesis slower than the speech on a busy machine) the
+    time since the first sound counts silence, and the frames written count the buffer the stop drops.
+    On the real rig this way of counting came 0-37 ms over the speaker's recording (bench/README.md)."""
+    import numpy as np
+
+    from mcp_listen.audio import speaker as speakers
+    from mcp_listen.audio.speaker import BLOCK_MS
+
+    rate = 16000
+    device = BufferedDevice(rate, latency=1.0)  # a Bluetooth-sized buffer: the whole second is dropped
+    lock, stop = threading.Lock(), threading.Event()
+    with speakers.speaker(lock, 3, rate, stop, lambda index, r: (device, r)) as out:
+        out.feed(np.ones(rate // 5, dtype=np.int16))  # 0.2 s, then 0.6 s of nothing: the device runs dry
+        time.sleep(0.8)
+        out.feed(np.ones(rate * 3, dtype=np.int16))
+        while device.written < rate * 1.2:  # the buffer is full again
+            time.sleep(0.005)
+        asked = time.monotonic()
+        stop.set()
+        cut = out.finish()
+    assert cut.interrupted and device.heard_ms is not None
+    late_ms = (device.aborted_at - asked) * 1000  # the device plays on until the abort: a loaded machine's delay
+    near(cut.duration_ms, device.heard_ms, BLOCK_MS + late_ms, "played_ms against what the device played")
 
 
 def test_feeding_waits_while_more_than_the_lookahead_is_queued_and_a_stop_drops_the_rest(monkeypatch):
