@@ -12,6 +12,7 @@ import queue
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -45,18 +46,70 @@ def server_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str,
     env.update(base or {})
     env.update(extra)
     env.setdefault("MCP_LISTEN_LOG_LEVEL", "INFO")
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a native crash (SIGSEGV, SIGABRT) leaves every thread's stack on stderr
     return env
+
+
+STDERR_TAIL = 6000
+"""How much of a server's stderr a failure shows: its last characters."""
+
+
+def tail_of(log: Any, limit: int = STDERR_TAIL) -> str:
+    """The last `limit` characters of an open log file (text or binary), read without moving its writer."""
+    try:
+        log.flush()
+        with open(log.fileno(), "rb", closefd=False) as raw:
+            size = os.fstat(raw.fileno()).st_size
+            data = os.pread(raw.fileno(), limit, max(0, size - limit))
+    except (OSError, ValueError) as exc:
+        return f"(the server's stderr could not be read: {exc})"
+    return data.decode(errors="replace") or "(empty)"
+
+
+def server_pids() -> set[int]:
+    """This process's children that run mcp_listen (Linux's /proc; empty elsewhere)."""
+    pids = set()
+    for entry in Path("/proc").glob("[0-9]*") if Path("/proc/self/stat").exists() else []:
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat.rpartition(")")[2].split()[1])
+            if parent == os.getpid() and b"mcp_listen" in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def explain_failure(exc: BaseException, log: Any, pids: set[int]) -> None:
+    """Attach to a failure inside a server's session what the server said and whether it is still alive, so
+    a pipe closed mid-call tells a crash (its stack, with PYTHONFAULTHANDLER) from a test's mistake."""
+    alive = {pid: Path(f"/proc/{pid}").exists() for pid in pids}
+    state = ", ".join(f"pid {pid} {'alive' if up else 'gone'}" for pid, up in alive.items()) or "pid unknown"
+    from timing import machine_load
+
+    note = f"the server ({state}; {machine_load()}) wrote to stderr, last {STDERR_TAIL} characters:\n{tail_of(log)}"
+    if hasattr(exc, "add_note"):  # Python 3.11+: shown with the traceback
+        exc.add_note(note)
+    else:
+        print(note, file=sys.stderr)  # pytest shows it with the failure
 
 
 @asynccontextmanager
 async def mcp_client(env: Mapping[str, str], *, mode: str = "legacy", **kw: Any) -> AsyncIterator[Any]:
     """The MCP SDK's own client over stdio, connected to `python -m mcp_listen`."""
     from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
+    from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=SERVER_CMD[0], args=SERVER_CMD[1:], env=dict(env))
-    async with Client(params, mode=mode, **kw) as client:
-        yield client
+    with tempfile.TemporaryFile("w+b") as log:  # the server's stderr, shown when the block fails
+        before, pids = server_pids(), set()
+        try:
+            async with Client(stdio_client(params, errlog=log), mode=mode, **kw) as client:  # bytes: the fd is used
+                pids = server_pids() - before
+                yield client
+        except Exception as exc:
+            explain_failure(exc, log, pids)
+            raise
 
 
 class RawServer:
@@ -67,7 +120,8 @@ class RawServer:
     def __init__(
         self, env: Mapping[str, str], *, stderr_path: Path | None = None, command: list[str] | None = None
     ) -> None:
-        self.stderr_file = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
+        self.stderr_file = open(stderr_path, "wb") if stderr_path else tempfile.TemporaryFile("w+b")
+        """The server's stderr: the test's file, else a temporary one (`stderr_tail` shows it on a failure)."""
         self.proc = subprocess.Popen(
             command or SERVER_CMD,
             stdin=subprocess.PIPE,
@@ -138,8 +192,13 @@ class RawServer:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self._reader.join(timeout=5)
-        if self.stderr_file is not subprocess.DEVNULL:
-            self.stderr_file.close()
+        self.stderr_file.close()
+
+    def stderr_tail(self) -> str:
+        """The server's exit status (or that it runs) and the last of its stderr, for a failure's message."""
+        code = self.proc.poll()
+        state = "still running" if code is None else f"exited with {code}"
+        return f"the server (pid {self.proc.pid}) {state}; its stderr ends:\n{tail_of(self.stderr_file)}"
 
     def __enter__(self) -> RawServer:
         return self
@@ -248,9 +307,9 @@ class Wire:
                     return value
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(what)
+                    raise TimeoutError(f"{what} within {timeout:g} s; {self.server.stderr_tail()}")
                 if not self._filer.is_alive():  # the server exited and every message is filed
-                    raise TimeoutError(f"{what}: the server exited with {self.server.proc.returncode}")
+                    raise TimeoutError(f"{what}: {self.server.stderr_tail()}")
                 self._changed.wait(min(remaining, 0.1))
 
     def start(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:

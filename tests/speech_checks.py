@@ -10,6 +10,7 @@ import anyio
 import audio_assets as A
 import numpy as np
 from rpc import mcp_client, structured
+from timing import machine_load
 
 SAID = "purple giraffes are dancing in zanzibar tonight"
 """The sentence of the privacy tests: none of its words may reach a log."""
@@ -64,7 +65,7 @@ async def wait_until_recording(client, timeout: float = 10.0) -> None:
             await anyio.sleep(0.1)
             return
         await anyio.sleep(0.02)
-    raise TimeoutError("the recording never started")
+    raise TimeoutError(f"the recording never started within {timeout:g} s ({machine_load()})")
 
 
 QUESTION = "What is the capital city of France?"
