@@ -275,7 +275,8 @@ def test_a_signal_while_speaking_stops_the_sound_and_the_process_exits_within_2_
         exit_code = w.server.wait_exit(timeout=10)
         took = time.monotonic() - began
         time.sleep(0.5)
-    assert exit_code == code and took <= 2.0, (exit_code, took)
+    assert exit_code == code, exit_code
+    within(took, 2.0, f"the exit after {how}")
     played = sound_span_ms(np.fromfile(raw, dtype=np.int16))
     assert 500 <= played <= 6000, played  # the whole text takes ~20 s
     with wire(speak_env) as w:
@@ -373,7 +374,7 @@ def test_a_speaker_lost_mid_speech_ends_the_call_with_a_named_error_within_3_s(s
             # what had played when it was lost: some speech (Piper's first audio comes later on a loaded
             # machine, so not a fixed share of the call's time), never more than the call had run
             assert 0 < error_of(reply)["played_ms"] <= elapsed_ms + 3000, reply
-            assert took <= 3.0, took
+            within(took, 3.0, f"device_lost after the {fault}")
             assert w.status()["tool"] is None
     finally:
         vmic.thaw()
