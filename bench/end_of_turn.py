@@ -233,8 +233,10 @@ def choppy(rig: Rig, model: Path, work: Path, modes: list[str], seconds: int) ->
             cpu = server.stats["cpu_s"]
             run = rig.play_during(server, "transcribe_voice", args, wav, f"choppy-{mode}", timeout=seconds + 60)
             used = server.stats["cpu_s"] - cpu
+            result = run["result"]
             out[mode] = {"cpu_s": round(used, 2), "cpu_share_of_a_core": round(used / seconds, 3),
-                         "end_reason": run["result"].get("end_reason")}  # fmt: skip
+                         "end_reason": result.get("end_reason"), "words": len(str(result.get("transcription") or "").split()),
+                         "error": result.get("error")}  # fmt: skip
             print(mode, out[mode], flush=True)
     finally:
         server.close_stdin(), server.stop()
