@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.audio import echo, wavfile
+from mcp_listen.audio.speaker import STALL_S
 from mcp_listen.contract.arguments import SpeakArgs
 from mcp_listen.contract.limits import DEFAULT_SPEED
 from mcp_listen.contract.results import AnyOf, Cancel, Spoken, Stopped
@@ -40,6 +41,10 @@ STOP_WAIT_S = 1.0
 """The longest stop_speaking waits for the device to let go (it takes ~10-50 ms: one write block)."""
 STOP_POLL_S = 0.005
 """How often stop_speaking looks whether the claim has stopped speaking."""
+AFTER_STOP_WAIT_S = STALL_S
+"""The longest a speaking call waits for a speech stop_speaking stopped to let go of the device: as long as
+the speaker waits for one blocked write before it counts as lost (on two cores at load 15, 1 stop in 60 took
+over STOP_WAIT_S: a write blocked in PortAudio does not see the stop)."""
 NO_MICROPHONE_SPEAK = (
     "barge_in needs the default microphone open beside the speaker, and it could not be opened or was lost "
     "({reason}): the speech played without listening. Check it with: mcp-listen doctor."
@@ -94,13 +99,6 @@ class NowPlaying:
             playback.halt()
             return playback
 
-    @property
-    def stopping(self) -> Playback | None:
-        """The speech being stopped now, until it has ended."""
-        with self._lock:
-            playback = self._playback
-        return playback if playback is not None and playback.halted and not playback.ended.is_set() else None
-
 
 class SpeechOutput:
     """Speaks through the engine's parts: the voices, the speakers, the device claim."""
@@ -122,6 +120,8 @@ class SpeechOutput:
         self.shutdown = shutdown
         self.now = NowPlaying()
         self._onset_vad: VoiceDetector | None = None
+        self._halted: tuple[Playback, Any] | None = None
+        """The speech stop_speaking stopped last and its call's device claim: a speaking call waits for both."""
         """Barge-in's own Silero session (the listener's keeps its state for the listener), made on first use."""
 
     def speak(self, args: SpeakArgs, *, stop: threading.Event | None = None, received: float | None = None) -> Spoken:
@@ -254,6 +254,8 @@ class SpeechOutput:
         stop_speaking is stopping) is not an error: `stopped` is false."""
         playback = self.now.halt()
         claim = self.recorder.active  # the speech's own: a speech in NowPlaying holds the claim
+        if playback is not None:
+            self._halted = (playback, claim)
 
         def stopped() -> Stopped:
             if playback is None:
@@ -266,11 +268,12 @@ class SpeechOutput:
 
     def after_a_stop(self) -> None:
         """Before a speaking call claims the device: a speech that stop_speaking is stopping ("stop, then say
-        this instead") is waited for until it has let go, at most STOP_WAIT_S. A speech nobody stopped is
-        not waited for: the claim refuses the call with `busy`."""
-        playback = self.now.stopping
-        if playback is not None:
-            self._let_go(playback, self.recorder.active, time.monotonic() + STOP_WAIT_S)
+        this instead") is waited for until it has let go, at most AFTER_STOP_WAIT_S: until it ended and its call's
+        claim no longer speaks (a speech that ended is still closing the microphone barge-in opened beside
+        it). A speech nobody stopped is not waited for: the claim refuses the call with `busy`."""
+        halted = self._halted
+        if halted is not None:
+            self._let_go(*halted, time.monotonic() + AFTER_STOP_WAIT_S)
 
     def _let_go(self, playback: Playback, claim: Any, deadline: float) -> None:
         """Until `playback` has ended and its call's `claim` no longer speaks (released, or converse

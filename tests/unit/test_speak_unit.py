@@ -511,6 +511,28 @@ def test_a_speech_stop_speaking_is_stopping_is_waited_for_and_one_nobody_stopped
     assert engine.recorder.active is None and [int(s[0]) for s in outputs.opened[1].fed] == [1, 2, 3]
 
 
+def test_a_stopped_speech_that_has_ended_is_waited_for_until_its_call_lets_go_of_the_device():
+    """The speech ended, but its call still holds the device (speak_text with barge-in closes the microphone
+    it opened beside the speaker): a speaking call that comes then waits for it, not busy."""
+    from mcp_listen.contract.results import AnyOf
+
+    engine, voices, outputs = _engine()
+    voices.gate.clear()
+    speech = engine.speech
+    playback = speech.playback(speech.voice("v"), 7, AnyOf(), engine.recorder.portaudio.shared)
+    claim = engine.recorder.claim("speak_text")
+    claim.speaking = True
+    with speech.now.during(playback):
+        playback.start("Hello there.", 1.0)
+        first_sentence_fed(outputs)
+        stopped = engine.halt_speaking()
+        assert playback.ended.wait(5)
+    threading.Timer(0.2, engine.recorder.release, args=(claim,)).start()  # the microphone closed
+    instead = engine.speak(parse(text="Say this instead.", wait=False))
+    assert stopped().stopped is True and instead.interrupted is False and len(outputs.opened) == 2
+    voices.gate.set()
+
+
 def test_a_second_stop_speaking_for_the_same_speech_says_it_stopped_nothing():
     from mcp_listen.contract.results import Stopped
 
