@@ -45,6 +45,7 @@ from mcp_listen.contract.limits import (
     MIN_MAX_PAUSE_MS,
     MIN_SILENCE_MS,
     MIN_SPEED,
+    UNSPACED_LETTERS,
     Defaults,
     has_control_characters,
 )
@@ -91,8 +92,9 @@ def _speakable(value: str) -> str:
     return value
 
 
-_WORD_RUN = re.compile(r"\w+")
-"""What Piper renders as one word: letters and digits of any script, up to a space or punctuation."""
+_WORD_RUN = re.compile(f"[^\\W{UNSPACED_LETTERS}]+")
+"""What Piper renders as one word: letters and digits, up to a space or punctuation; not a run of a script
+written without spaces (Chinese, Thai...), which is cut between its letters (voice/pieces.py)."""
 
 
 _WHOLE = BeforeValidator(_integral_float_to_int)

@@ -69,6 +69,23 @@ MAX_WORD_CHARS = 200
 """The longest run of letters and digits speak_text says: Piper renders a word as one piece before any of
 it sounds, ~2 ms per character here, so a 10,000-character word would be silence for 20 s, then a minute
 of babble. The longest words of any language are far shorter; a longer one is data to show, not say."""
+UNSPACED_LETTERS = (
+    "\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u1980-\u19ff\u1a20-\u1aaf\u2e80-\u2fdf"
+    "\u3005-\u3007\u3021-\u3029\u3031-\u3035\u303b\u303c\u3040-\u30ff\u3100-\u312f\u3190-\u31bf"
+    "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua000-\ua4cf\ua9e0-\ua9ff\uaa60-\uaadf\uf900-\ufaff"
+    "\uff66-\uff9f\U00020000-\U000323af"
+)
+"""The letters (a regex class's ranges) of the scripts written without spaces between words: Thai, Lao, Tibetan,
+Myanmar, Khmer, the Tai scripts, Chinese, Japanese kana, Bopomofo, Yi. A run of them is not one word, so
+MAX_WORD_CHARS does not apply to it; voice/pieces.py cuts it between its letters."""
+SPELLED_PHONEMES_PER_LETTER = 6.0
+"""Past this many phonemes per letter, a voice is reading a script's letters out one by one by name ("arabic
+alif", "chinese letter"): 9 to 19 measured with an English voice for Arabic, Hebrew, Chinese, Japanese and Thai,
+against 1 to 4.7 where a voice reads its own script (Chinese with espeak's cmn, the densest). Such a text would
+take many times as long to say as to read, and say nothing (voice/spelled.py)."""
+MAX_SPELLED_LETTERS = 8
+"""The most letters of a script its voice reads letter by letter that a text may hold (a name quoted in its own
+script, "Beijing (北京)", ~1 s per letter); more is refused, naming the script."""
 MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 """speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
 BARGE_IN_BY_DEFAULT = True
@@ -149,7 +166,8 @@ ACCEPTED = {
     "text": f"the text to say: 1 to {MAX_SPEAK_CHARS} characters (split a longer text into several calls) with at "
     "least one letter or digit (emoji and punctuation alone are not said), valid Unicode (no lone surrogates), no "
     f"control characters other than newline and tab, no word longer than {MAX_WORD_CHARS} characters (show long "
-    "codes, URLs and data as text instead)",
+    "codes, URLs and data as text instead; a run of Chinese, Japanese or Thai, written without spaces, is not one "
+    "word)",
     "voice": f"a Piper voice name such as {DEFAULT_VOICE}, a file name or a path (1 to {MAX_VOICE_CHARS} "
     "characters, no control characters; empty means the default)",
     "speed": f"a number from {MIN_SPEED:g} to {MAX_SPEED:g} (1 is the voice's own pace)",

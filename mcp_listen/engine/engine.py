@@ -364,7 +364,7 @@ class Engine:
         """
         received = time.monotonic() if received is None else received
         check_sayable(args.text)
-        voice = self.speech.voice(args.voice)
+        voice = self.speech.voice(args.voice, args.text)
         output = self.devices.resolve_output(args.output_device)
         plan = Plan.from_args(args, self.settings.defaults, stop_default=True)
         cancel = linked(stop, self.shutdown)

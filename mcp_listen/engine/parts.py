@@ -76,6 +76,8 @@ class Speaking(Protocol):
 
     def prepare(self, voice: VoiceInfo) -> None: ...
 
+    def check(self, voice: VoiceInfo, text: str) -> None: ...
+
     def synthesize(self, voice: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]: ...
 
 
@@ -214,6 +216,11 @@ class Piper:
         """Load the voice (first use: ~0.7 s with onnxruntime's import) before the speaker opens:
         the device is not held open in silence meanwhile, and a voice Piper refuses fails first."""
         self._synth().voice(voice)
+
+    def check(self, voice: VoiceInfo, text: str) -> None:
+        """Refuse a text in a script the voice reads letter by letter (invalid_argument naming it, voice/spelled.py),
+        before anything opens; loads the voice."""
+        self._synth().check(voice, text)
 
     def synthesize(self, voice: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]:
         return self._synth().speak(voice, text, speed, stop)

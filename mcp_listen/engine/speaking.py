@@ -139,7 +139,7 @@ class SpeechOutput:
                 "them, or use converse to keep what the user says."
             )
         barge_in = self.barge_in(args.barge_in, args.wait)
-        voice = self.voice(args.voice)
+        voice = self.voice(args.voice, args.text)
         device = self.devices.resolve_output(args.device)
         cancel = linked(stop, self.shutdown)
         self.after_a_stop()
@@ -284,9 +284,13 @@ class SpeechOutput:
                 return
             time.sleep(STOP_POLL_S)
 
-    def voice(self, voice: str | None) -> VoiceInfo:
-        """The voice a call names, or the configured default, found and checked."""
-        return self.voices.find(voice or self.settings.defaults.voice)
+    def voice(self, voice: str | None, text: str | None = None) -> VoiceInfo:
+        """The voice a call names, or the configured default, found and checked; and the `text` it is to say,
+        refused when the voice would read its script letter by letter (voice/spelled.py). Before anything opens."""
+        info = self.voices.find(voice or self.settings.defaults.voice)
+        if text is not None:
+            self.voices.check(info, text)
+        return info
 
     def playback(self, voice: VoiceInfo, device_index: int, cancel: Cancel, portaudio: Any) -> Playback:
         return Playback(self.voices, self.speakers, portaudio, voice, device_index, cancel)
@@ -295,7 +299,7 @@ class SpeechOutput:
         """Say `args.text` into a WAV file at the voice's own rate instead of playing it (CLI `say
         --save`): no sound device is opened or claimed. The voice and the path are checked before
         synthesis; a cancel leaves no file."""
-        voice = self.voice(args.voice)
+        voice = self.voice(args.voice, args.text)
         out.check()
         cancel = linked(stop, self.shutdown)
         self.voices.prepare(voice)

@@ -303,6 +303,9 @@ class FakeVoices:
     def prepare(self, voice: Any) -> None:
         self.prepared = voice
 
+    def check(self, voice: Any, text: str) -> None:
+        self.checked = text
+
     def synthesize(self, voice: Any, text: str, speed: float, stop: Any):
         import numpy as np
 
@@ -558,6 +561,27 @@ def test_a_busy_microphone_refuses_speech_before_anything_opens():
         with pytest.raises(DeviceBusy, match="recording is already in progress"):
             engine.speak(parse(text="Hello."))
     assert outputs.opened == []
+
+
+def test_a_text_the_voice_cannot_say_is_refused_before_anything_opens_in_every_speaking_call():
+    """speak_text (wait true and false), converse and `say --save` have the voice check the text first (a script
+    it reads letter by letter: voice/spelled.py): the refusal leaves no speaker opened, no claim, no file."""
+
+    class Refusing(FakeVoices):
+        def check(self, voice: Any, text: str) -> None:
+            raise InvalidArgument(f"Invalid text: the voice {voice.name} cannot say {text}.")
+
+    engine, _, outputs = _engine(Refusing())
+    calls = [
+        lambda: engine.speak(parse(text="مرحبا بالعالم")),
+        lambda: engine.speak(parse(text="مرحبا بالعالم", wait=False)),
+        lambda: engine.converse(arguments.parse_args(arguments.ConverseArgs, {"text": "مرحبا بالعالم"})),
+        lambda: engine.save_speech(parse(text="مرحبا بالعالم"), None),  # type: ignore[arg-type]  # never reached
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgument, match="cannot say مرحبا بالعالم"):
+            call()
+    assert outputs.opened == [] and engine.recorder.active is None
 
 
 def test_synthesis_runs_one_sentence_ahead_of_the_speaker_in_order():
