@@ -25,6 +25,9 @@ EXIT_UNAVAILABLE = 69
 EXIT_INTERNAL = 70
 EXIT_CONFIG = 78
 EXIT_INTERRUPTED = 130
+EXIT_STDOUT_CLOSED = 141
+"""The server's client closed the read end of our stdout: 128 + SIGPIPE, what a program killed by
+the broken pipe returns (Python ignores SIGPIPE, so the server exits with it itself)."""
 
 
 class ListenError(Exception):

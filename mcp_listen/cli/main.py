@@ -1,7 +1,8 @@
 """Command line: no subcommand serves MCP over stdio; the subcommands debug microphone and models.
 
 Exit codes (sysexits.h): 0 ok, 64 usage, 69 device or dependency unavailable,
-70 internal error, 78 invalid configuration, 130 interrupted (SIGINT), 143 SIGTERM.
+70 internal error, 78 invalid configuration, 130 interrupted (SIGINT), 143 SIGTERM;
+serving also 129 SIGHUP and 141 stdout closed by the client (server/stdio.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """Serving over stdio with a clean shutdown and a bounded inbound line size.
 
-stdin closing ends the server with exit 0. SIGINT or SIGTERM stop every
-recording in flight (the microphone is released, nothing is left on disk) and
-exit within 2 s with 130 or 143; a second signal exits at once. A stuck native
-call (a whisper.cpp transcription cannot be interrupted) never holds the
-process: after the grace period it exits anyway.
+stdin closing ends the server with exit 0. SIGINT, SIGTERM or SIGHUP (a closing
+terminal) stop every recording in flight (the microphone is released, nothing is
+left on disk) and exit within 2 s with 130, 143 or 129; a second signal exits at
+once. A stuck native call (a whisper.cpp transcription cannot be interrupted) never
+holds the process: after the grace period it exits anyway. A client that closes
+the read end of our stdout can never be answered again: the server stops the same
+way, at once (not when stdin closes), and exits 141 (errors.EXIT_STDOUT_CLOSED)
+with one line on stderr instead of a BrokenPipeError traceback.
 
 The MCP SDK reads stdin a whole line at a time with no size limit, so one huge
 line costs several times its size in memory (measured: a 64 MiB line raised the
@@ -37,6 +40,7 @@ from typing import Any, BinaryIO
 from mcp_listen.config import Settings
 from mcp_listen.config.values import is_text
 from mcp_listen.contract import limits
+from mcp_listen.errors import EXIT_STDOUT_CLOSED
 from mcp_listen.server.ledger import NOT_UNICODE_METHOD, OVERSIZED_METHOD
 
 log = logging.getLogger(__name__)
@@ -89,8 +93,21 @@ def serve(settings: Settings) -> int:
         anyio.run(serve_stdio, engine, stdin)
     except KeyboardInterrupt:
         _exit_after_cleanup(engine, 128 + signal.SIGINT)
+    except Exception as exc:
+        if not broken_pipe(exc):
+            raise
+        log.warning("stdout was closed by the client: no answer can reach it; stopping (exit %d)", EXIT_STDOUT_CLOSED)
+        _exit_after_cleanup(engine, EXIT_STDOUT_CLOSED)
     _exit_after_cleanup(engine, 0)
     return 0
+
+
+def broken_pipe(exc: BaseException) -> bool:
+    """Whether `exc` (the SDK's stdout writer failing, inside anyio's exception groups) is a write
+    to a pipe whose reader is gone."""
+    if isinstance(exc, BrokenPipeError):
+        return True
+    return any(broken_pipe(inner) for inner in getattr(exc, "exceptions", ()))
 
 
 def _keep_frames_out_of_logs() -> None:
@@ -138,7 +155,9 @@ class BoundedLines:
     async def __anext__(self) -> str:
         import anyio.to_thread
 
-        line = await anyio.to_thread.run_sync(self.read_line)
+        # Abandoned on cancel: when the SDK's stdout writer fails (the client closed our stdout), its
+        # task group is cancelled, and a reader thread it waited for would hold the server until stdin closed.
+        line = await anyio.to_thread.run_sync(self.read_line, abandon_on_cancel=True)
         if line is None:
             raise StopAsyncIteration
         return line
@@ -259,7 +278,8 @@ def _install_signal_handlers(engine: Any) -> None:
         log.info("received signal %d: stopping", signum)
         threading.Thread(target=_exit_after_cleanup, args=(engine, 128 + signum), daemon=True).start()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    hangup = getattr(signal, "SIGHUP", None)  # a closing terminal; there is none on Windows
+    for sig in (signal.SIGINT, signal.SIGTERM, *([hangup] if hangup is not None else [])):
         signal.signal(sig, handle)
 
 

@@ -326,3 +326,57 @@ async def test_list_audio_devices_by_kind_through_the_real_server(env):
     assert both == {d["id"] for d in plain} & {d["id"] for d in outputs}
     assert [d["isDefault"] for d in every if d["id"] in both] == [d["isDefault"] for d in plain if d["id"] in both]
     assert wrong.is_error and error_of(wrong)["error"]["code"] == "invalid_argument"
+
+
+def test_a_client_that_closes_our_stdout_ends_the_server_quietly(env, rec_dir, tmp_path):
+    """The client closes the read end of our stdout and keeps stdin open: no answer can reach it
+    any more, so the server stops its recording and exits 141 (128 + SIGPIPE, as a program killed
+    by the broken pipe), without waiting for stdin and without a traceback. Before, it lived on
+    until stdin closed, then exited 1 with a BrokenPipeError traceback on stderr."""
+    import os
+    import subprocess
+    import time
+
+    from rpc import SERVER_CMD
+
+    read_end, write_end = os.pipe()
+    stderr_path = tmp_path / "stderr.log"
+    with open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen(SERVER_CMD, stdin=subprocess.PIPE, stdout=write_end, stderr=stderr, env=env)
+    os.close(write_end)
+    os.close(read_end)  # nobody reads the server's stdout now
+    assert proc.stdin is not None
+    try:
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        capture = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                   "params": {"name": "capture_audio", "arguments": {"duration_ms": 20000}}}  # fmt: skip
+        proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (initialize, initialized, capture)))
+        proc.stdin.flush()
+        try:
+            code = proc.wait(timeout=10)
+            waited_for_stdin = False
+        except subprocess.TimeoutExpired:
+            waited_for_stdin = True
+            proc.stdin.close()
+            code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        time.sleep(0)
+    log = stderr_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+    assert code == 141, f"exit {code}, not 141 (stdout closed by the client); stderr: {log[-2000:]}"
+    assert not waited_for_stdin, "the server waited for stdin to close though nothing could be answered any more"
+    assert "stdout" in log, f"stderr must say why the server ended: {log[-2000:]}"
+    assert not rec_dir.exists() or not any(rec_dir.iterdir()), "the recording in flight left a file"
