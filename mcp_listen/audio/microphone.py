@@ -14,6 +14,7 @@ error instead of a hang.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -30,6 +31,8 @@ from mcp_listen.errors import Cancelled, CaptureError, DeviceBusy, DeviceLost
 
 if TYPE_CHECKING:
     import numpy as np
+
+log = logging.getLogger(__name__)
 
 FIRST_BLOCK_TIMEOUT_S = 2.5
 """Patience for the first block (devices start in ~40 ms; Bluetooth can take a second or two).
@@ -85,7 +88,9 @@ class Recorder:
     is released as soon as the call ends (cancelled, failed or done). The PortAudio lock is held by
     the audio thread that makes the blocking PortAudio calls, from before the open until the
     stream is closed: a PortAudio call stuck on a hung sound server keeps PortAudio (nobody
-    re-initialises it underneath), never the claim.
+    re-initialises it underneath), never the claim. At DEBUG, each claim is logged as it is taken
+    and before it is let go, both while it is held: two claims' lines can never interleave, so the
+    log tells two recordings one after the other from two at once.
     """
 
     def __init__(self) -> None:
@@ -112,6 +117,7 @@ class Recorder:
                 "A recording is already in progress. Wait for it to finish, then call again.",
             )
         self._claim = Claim(tool, stop=stop)
+        log.debug("%s holds the microphone", tool)  # under the claim: the log orders the claims as they were taken
         return self._claim
 
     def _after_letting_go(self) -> bool:
@@ -123,6 +129,7 @@ class Recorder:
 
     def release(self, claim: Claim) -> None:
         if self._claim is claim:
+            log.debug("%s let go of the microphone after %d ms", claim.tool, claim.elapsed_ms)  # still held here
             self._claim = None
             self._lock.release()
 
