@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "tests")]
 
 from hostile_speech import HOSTILE_TEXTS
 from rig import ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats
