@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
 
 from mcp_listen.contract.limits import MAX_SPELLED_LETTERS, SPELLED_PHONEMES_PER_LETTER
 from mcp_listen.errors import InvalidArgument
@@ -25,6 +25,8 @@ SAMPLE_LETTERS = 60
 espeak). espeak makes at most ~1,000 phonemes of one clause and drops the rest (200 Arabic letters came out at
 5 a letter, 100 at 9.4): 60 stay clear of that for every script measured (Thai, the densest, ~1,160), and a
 capped sample would still be 16 a letter."""
+Phonemize = Callable[[str], list[list[str]]]
+"""The voice's phonemizer (PiperVoice.phonemize): text -> the phonemes of each sentence."""
 _NOT_SOUNDS = frozenset(" ˈˌ")
 """Phonemizer output that is no sound: the word break and the stress marks (punctuation is left out too)."""
 
@@ -60,7 +62,7 @@ def sample(text: str, script: str, letters: int = SAMPLE_LETTERS) -> str:
     return "".join(kept).strip()
 
 
-def phonemes_per_letter(voice: Any, words: str) -> float:
+def phonemes_per_letter(phonemize: Phonemize, words: str) -> float:
     """How many phonemes (stress, word breaks and punctuation left out) the voice's phonemizer makes of
     `words`, per letter."""
     letters = sum(ch.isalpha() for ch in words)
@@ -68,29 +70,29 @@ def phonemes_per_letter(voice: Any, words: str) -> float:
         return 0.0
     sounds = sum(
         1
-        for sentence in voice.phonemize(words)
+        for sentence in phonemize(words)
         for phoneme in sentence
         if phoneme not in _NOT_SOUNDS and not unicodedata.category(phoneme[:1] or " ").startswith(("P", "Z"))
     )
     return sounds / letters
 
 
-def spelled(voice: Any, text: str) -> list[tuple[str, int, float]]:
+def spelled(phonemize: Phonemize, text: str) -> list[tuple[str, int, float]]:
     """The scripts of `text` its voice reads letter by letter, with more than MAX_SPELLED_LETTERS letters:
     (script, letters in the text, phonemes per letter in the sample)."""
     found = []
     for script, count in letters_by_script(text).most_common():
         if count <= MAX_SPELLED_LETTERS:
             break
-        ratio = phonemes_per_letter(voice, sample(text, script))
+        ratio = phonemes_per_letter(phonemize, sample(text, script))
         if ratio > SPELLED_PHONEMES_PER_LETTER:
             found.append((script, count, ratio))
     return found
 
 
-def refuse_spelled(voice: Any, info: VoiceInfo, text: str) -> None:
+def refuse_spelled(phonemize: Phonemize, info: VoiceInfo, text: str) -> None:
     """InvalidArgument naming the first script of `text` the voice reads letter by letter, and what to do."""
-    for script, count, ratio in spelled(voice, text):
+    for script, count, ratio in spelled(phonemize, text):
         raise InvalidArgument(
             f"Invalid text: the voice {info.name} cannot say its {count} letters of the {_shown(script)} script: it "
             f"reads them out one by one, by name ({ratio:.0f} sounds a letter where words take 1 to 5; at most "

@@ -76,7 +76,8 @@ class Synthesizer:
     def check(self, info: VoiceInfo, text: str) -> None:
         """Refuse (InvalidArgument), before anything opens, a text in a script this voice reads letter by
         letter (voice/spelled.py). Loads the voice."""
-        refuse_spelled(self.voice(info), info, readable(text))
+        voice = self.voice(info)
+        refuse_spelled(lambda words: _phonemized(voice, words, info), info, readable(text))
 
     def speak(self, info: VoiceInfo, text: str, speed: float, stop: Cancel) -> Iterator[Any]:
         """int16 mono samples at info.sample_rate, a sentence (or a part of one, phoneme_chunks) at a time,
@@ -88,7 +89,7 @@ class Synthesizer:
         said = pieces(readable(text))  # Markdown, SSML and HTML marks are not read out
         for number, piece in enumerate(said, start=1):
             joins_next = number < len(said) and ends_mid_clause(piece)
-            for sentence in voice.phonemize(piece):
+            for sentence in _phonemized(voice, piece, info):
                 chunks = phoneme_chunks(sentence, most)
                 for index, chunk in enumerate(chunks, start=1):
                     samples = None if stop.is_set() else _rendered(voice, chunk, config, stop, info)
@@ -111,6 +112,20 @@ def phoneme_chunks(phonemes: list[str], most: int) -> list[list[str]]:
         start = cut
     chunks.append(phonemes[start:])
     return [chunk for chunk in chunks if any(phoneme != " " for phoneme in chunk)]
+
+
+def _phonemized(voice: Any, text: str, info: VoiceInfo) -> list[list[str]]:
+    """Piper's phonemes of `text`, a sentence a list. A config naming a phonemizer voice espeak does not have
+    (or a phoneme type whose phonemizer fails) is voice_invalid naming the file, not an internal error."""
+    try:
+        return voice.phonemize(text)
+    except Exception as exc:  # noqa: BLE001 - espeak's bridge raises RuntimeError, the others their own
+        raise VoiceError(
+            f"Piper could not turn text into phonemes with the voice {info.path}: {type(exc).__name__}; its "
+            ".onnx.json names a phonemizer (espeak.voice, phoneme_type) that cannot be used here. Pull it again, "
+            "or choose another voice (mcp-listen voices lists them).",
+            code="voice_invalid",
+        ) from None
 
 
 def _rendered(voice: Any, phonemes: list[str], config: Any, stop: Cancel, info: VoiceInfo) -> Any:

@@ -144,6 +144,29 @@ def test_the_checked_few_letters_are_said(synth):
     synthesizer.check(info, "Beijing (北京) and Tokyo (東京) are big cities.")
 
 
+def test_a_config_naming_a_phonemizer_voice_espeak_lacks_is_voice_invalid_not_an_internal_error(piper_voice, tmp_path):
+    """The check before anything opens and the speech itself phonemize with the voice's espeak voice: one espeak
+    does not have ("zz") is voice_invalid naming the file, as a network that refuses the input is."""
+    import json
+    import shutil
+
+    from mcp_listen.errors import VoiceError
+
+    onnx = tmp_path / "en_US-odd-medium.onnx"
+    shutil.copyfile(piper_voice, onnx)
+    config = json.loads(Path(f"{piper_voice}.json").read_text())
+    config["espeak"]["voice"] = "zz"
+    Path(f"{onnx}.json").write_text(json.dumps(config))
+    synthesizer, info = Synthesizer(), check_voice(onnx)
+    for attempt in (
+        lambda: synthesizer.check(info, "Hello there, this is plain English."),
+        lambda: next(iter(synthesizer.speak(info, "Hello there.", 1.0, threading.Event()))),
+    ):
+        with pytest.raises(VoiceError) as failed:
+            attempt()
+        assert failed.value.code == "voice_invalid" and str(onnx) in failed.value.message, failed.value.message
+
+
 def sounded_ms(raw: Path) -> int:
     """How long the speaker's recording so far holds sound (it is still being written)."""
     data = raw.read_bytes()
