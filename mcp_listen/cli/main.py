@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -212,13 +213,25 @@ sentence with its phonemes): they stay at INFO or above whatever MCP_LISTEN_LOG_
 
 
 def _setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_log_stream())
     handler.setFormatter(logging.Formatter("mcp-listen %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     for name in CONTENT_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.INFO, root.level))
+
+
+def _log_stream() -> Any:
+    """stderr for the log, through a private duplicate of fd 2: PortAudio's start (sounddevice's
+    `_initialize`, at its import and at each device re-scan) points fd 2 at /dev/null while it runs,
+    so a line another thread logged meanwhile was lost (a server's last word before exiting among them)."""
+    try:
+        fd = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # no stderr, or not a file (a test's capture): as it is
+        return sys.stderr
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    return os.fdopen(fd, "w", buffering=1, encoding=encoding, errors="backslashreplace")
 
 
 def _run_command(command: str, opts: argparse.Namespace, settings: Any) -> int:
