@@ -5,7 +5,7 @@
 --offline judges each signal alone on what the listener has when it asks, without the live rig: the
 end of speech where the server's Silero + endpointer put it (the clip after LEAD_MS of digital silence,
 as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
-audio model's least sure answer over smart_turn.PAUSE_HEARD_MS past it (`p`; `answers` worked out until
+audio model's least sure answer over EndOfTurnConfig.pause_heard_ms past it (`p`; `answers` worked out until
 one decides, their `voice_ms`, `last_answer_ms` the last one's: what is left once the pause is heard) and
 each answer alone (`p@T`). The signals: the text rule as it was (whisper's full stop believed), the words
 without that full stop (speech/turns.py), the audio model, and the rule that combines them
@@ -75,10 +75,12 @@ def speech_end(vad: Any, entry: dict) -> int:
 def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     from pywhispercpp.model import Model
 
+    from mcp_listen.speech.ending import SMART
     from mcp_listen.speech.listener import TRAILING_KEEP_MS
-    from mcp_listen.speech.smart_turn import PAUSE_HEARD_MS, shared_smart_turn
-    from mcp_listen.speech.turns import VOICE_THRESHOLD
+    from mcp_listen.speech.smart_turn import shared_smart_turn
     from mcp_listen.speech.vad import SileroVAD
+
+    PAUSE_HEARD_MS, VOICE_THRESHOLD = SMART.pause_heard_ms, SMART.voice_threshold
 
     whisper, voice, vad, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), SileroVAD(), []  # fmt: skip
     for e in entries:
@@ -107,8 +109,10 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
 
 def one_answer(rows: list[dict], ends_ms: tuple[int, ...]) -> dict[str, Any]:
     """The voice alone and the rule with one answer, at each end, in place of the least sure of them."""
-    from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
+    from mcp_listen.speech.ending import SMART
+    from mcp_listen.speech.turns import judge
 
+    VOICE_THRESHOLD = SMART.voice_threshold
     out = {}
     for ms in ends_ms:
         for r in rows:

@@ -21,6 +21,7 @@ WINDOW_SAMPLES = 512
 SAMPLE_RATE_KHZ = f"{SAMPLE_RATE / 1000:g}"
 """The rate as prose says it (`16` kHz)."""
 WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
+WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
 CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
 """stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
@@ -50,6 +51,13 @@ END_REASONS = ("silence", "complete", "max_pause", "duration", "cancelled")
 """Why a turn ended: silence_ms of silence (end_of_turn silence, or smart with nothing to judge the
 words by); smart judged the words finished (complete) or held until max_pause_ms ran out; duration_ms;
 the caller cancelled."""
+END_SIGNALS = ("words", "voice", "words+voice", "silence", "unjudged")
+"""end_of_turn "smart": the signal that decided, beside end_reason (complete, max_pause, silence): the
+trailing word, the voice (Smart Turn), both; silence when none covers the language; unjudged when the
+pause was held to max_pause_ms before the words or the voice were in."""
+INTERRUPTED_BY = ("user", "stop_speaking", "cancel")
+"""Who cut a speech short (`interrupted: true`): the user talking over it (barge-in), stop_speaking, or a
+cancel (the call's, or the server shutting down)."""
 DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
 DEFAULT_LANGUAGE = "en"
 DEFAULT_LLM_MODEL = "llama3.2"

@@ -44,11 +44,13 @@ from mcp_listen.contract.results import (
     Stopped,
     Transcribed,
 )
+from mcp_listen.duplex.barge import BargeIn
+from mcp_listen.duplex.turn import SpeechFirst
 from mcp_listen.engine import memory, speaking
-from mcp_listen.engine.barge import BargeIn
 from mcp_listen.engine.parts import (
     Asking,
     DeviceList,
+    Duplexing,
     Hearing,
     Microphones,
     Ollama,
@@ -61,7 +63,6 @@ from mcp_listen.engine.parts import (
     nobody,
 )
 from mcp_listen.engine.speaking import SpeechOutput, check_sayable, linked
-from mcp_listen.engine.turn import SpeechFirst
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
@@ -88,6 +89,7 @@ class Engine:
         voices: Speaking | None = None,
         speakers: Speakers | None = None,
         others: OtherServers | None = None,
+        duplex: Duplexing | None = None,
     ) -> None:
         self.settings = settings
         self.recorder: Microphones = recorder or Recorder()
@@ -102,7 +104,9 @@ class Engine:
         """The other mcp-listen servers on this sound server, for the real microphone (audio/owner.py)."""
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
-        self.speech = SpeechOutput(settings, self.recorder, self.devices, self.voices, self.speakers, self.shutdown)
+        self.speech = SpeechOutput(
+            settings, self.recorder, self.devices, self.voices, self.speakers, self.shutdown, duplex
+        )
 
     # ------------------------------------------------------------------ devices and status
 
@@ -296,7 +300,9 @@ class Engine:
         stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
         speech = bool(heard.speech_detected)
         language = worker.language
-        return Transcribed(text, heard.duration_ms, language, speech, stopped_by, heard.warning, heard.end_reason)
+        return Transcribed(
+            text, heard.duration_ms, language, speech, stopped_by, heard.warning, heard.end_reason, heard.end_signal
+        )
 
     def transcribe_voice(
         self, args: TranscribeArgs, *, stop: threading.Event | None = None, progress: Progress | None = None
@@ -360,7 +366,7 @@ class Engine:
 
         Everything is checked before anything opens: the voice, the output device, the whisper
         model and language. The microphone opens first and hears the speech through; the turn
-        (engine/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
+        (duplex/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
         """
         received = time.monotonic() if received is None else received
         check_sayable(args.text)
@@ -390,7 +396,7 @@ class Engine:
         warning = speaking.joined(warning, playback.warning)
         if warning is not None:
             words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")
-        spoken = speaking.spoken(voice.name, playback.played, received)
+        spoken = speaking.spoken(playback, turn, received)
         if not isinstance(turn, BargeIn):
             return Conversed(words, spoken, turn.listening_after_s)
         return Conversed(words, replace(spoken, played_ms=spoken.duration_ms), None, turn.cut_in_after_s)

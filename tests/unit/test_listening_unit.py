@@ -13,10 +13,10 @@ import pytest
 from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import HOLDING_MESSAGE, PARTIAL_PREFIX, RESUMED_MESSAGE, partial_message
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
-from mcp_listen.speech.ending import NO_SIGNAL, TurnEnding, Verdict
+from mcp_listen.speech.ending import NO_SIGNAL, SMART, TurnEnding, Verdict
 from mcp_listen.speech.listener import Listener, Plan
-from mcp_listen.speech.smart_turn import ASK_AFTER_MS, PAUSE_HEARD_MS
 
+ASK_AFTER_MS, PAUSE_HEARD_MS = SMART.ask_after_ms, SMART.pause_heard_ms
 SPEECH, QUIET = 0.9, 0.05
 PRE_ROLL = Listener.PRE_ROLL_WINDOWS
 PLAIN = "silence"

@@ -367,12 +367,14 @@ HALF_DUPLEX = Settings(defaults=Defaults(barge_in=False))
 """The engine tests below speak without listening, whatever barge-in's default (no microphone in them)."""
 
 
-def _engine(voices: FakeVoices | None = None, settings: Settings = HALF_DUPLEX, devices: Any = None):
+def _engine(
+    voices: FakeVoices | None = None, settings: Settings = HALF_DUPLEX, devices: Any = None, duplex: Any = None
+):
     from mcp_listen.engine.engine import Engine
 
     voices = voices or FakeVoices()
     outputs = FakeOutputs()
-    parts = {"voices": voices, "speakers": outputs, "devices": devices or FakeDevices()}
+    parts = {"voices": voices, "speakers": outputs, "devices": devices or FakeDevices(), "duplex": duplex}
     return Engine(settings, **parts), voices, outputs  # type: ignore[arg-type]
 
 
@@ -757,14 +759,28 @@ class NoMicrophone(FakeDevices):
         raise DeviceNotFound("No input device found.")
 
 
-def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why(monkeypatch):
+class CancellerThere:
+    """Barge-in's part as if its echo canceller were installed; `failure` is raised when a turn is made."""
+
+    def __init__(self, failure: type[Exception] | None = None) -> None:
+        self.failure = failure
+
+    def available(self) -> bool:
+        return True
+
+    def barge_in(self, *args: Any) -> Any:
+        if self.failure is not None:
+            raise self.failure("libwebrtc_audio_processing.so: cannot open shared object file")
+        from mcp_listen.engine.parts import Duplex
+
+        return Duplex().barge_in(*args)
+
+
+def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why():
     """No microphone to open beside the speaker: the speech plays without listening and the result's
     warning says so, naming the microphone's problem; the device is free afterwards."""
-    from mcp_listen.audio import echo
-
-    monkeypatch.setattr(echo, "available", lambda: True)
     settings = load_settings({"MCP_LISTEN_BARGE_IN": "true"})
-    engine, _, outputs = _engine(settings=settings, devices=NoMicrophone())
+    engine, _, outputs = _engine(settings=settings, devices=NoMicrophone(), duplex=CancellerThere())
     spoken = engine.speak(parse(text="Hello there."))
     assert (spoken.duration_ms, spoken.interrupted) == (300, False)
     assert spoken.warning is not None and "No input device found" in spoken.warning, spoken
@@ -775,21 +791,14 @@ def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why(mo
 
 
 @pytest.mark.parametrize("failure", [ImportError, OSError])
-def test_a_canceller_that_fails_to_start_leaves_converse_half_duplex_with_a_warning(monkeypatch, failure):
+def test_a_canceller_that_fails_to_start_leaves_converse_half_duplex_with_a_warning(failure):
     """A broken native library must not fail every converse while barge-in is on by default: the turn
     listens after the speech (never while it plays) and the warning says why."""
     from types import SimpleNamespace
 
-    from mcp_listen.audio import echo
-    from mcp_listen.engine import speaking
-    from mcp_listen.engine.turn import SpeechFirst
+    from mcp_listen.duplex.turn import SpeechFirst
 
-    def broken(*args: Any, **kw: Any) -> Any:
-        raise failure("libwebrtc_audio_processing.so: cannot open shared object file")
-
-    monkeypatch.setattr(echo, "available", lambda: True)
-    monkeypatch.setattr(speaking, "BargeIn", broken)
-    engine, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}))
+    engine, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}), duplex=CancellerThere(failure))
     turn, warning = engine.speech.turn(SimpleNamespace(), "Hi.", None, True)
     assert type(turn) is SpeechFirst and warning is not None
     assert failure.__name__ in warning and "listened after the speech" in warning
