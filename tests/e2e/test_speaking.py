@@ -130,6 +130,7 @@ def test_stop_speaking_cuts_the_speech_short_and_the_call_says_so(speak_env, vmi
     assert stopped["stopped"] is True and 1000 <= stopped["played_ms"] <= 8000, stopped
     assert answered <= 2.0, answered  # the bench times it; here only that it does not wait for the text
     assert spoken["interrupted"] is True and spoken["duration_ms"] == stopped["played_ms"], (spoken, stopped)
+    assert spoken["interrupted_by"] == "stop_speaking" and "cut_in_ms" not in spoken, spoken
     assert free["tool"] is None and not free.get("speaking"), free
     heard = sound_span_ms(np.fromfile(raw, dtype=np.int16))
     assert 500 <= heard <= stopped["played_ms"] + 1000, (heard, stopped)  # the whole text takes ~20 s

@@ -460,6 +460,27 @@ def test_stop_speaking_cuts_a_speech_short_from_another_thread_and_frees_the_dev
     assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
 
 
+def test_a_speech_cut_short_says_who_cut_it_stop_speaking_or_a_cancel_and_one_played_out_says_nobody():
+    engine, voices, outputs = _engine()
+    voices.gate.clear()
+    box: dict[str, Any] = {}
+    speaking = threading.Thread(target=lambda: box.update(spoken=engine.speak(parse(text="Hello there."))))
+    speaking.start()
+    first_sentence_fed(outputs)
+    engine.stop_speaking()
+    speaking.join(5)
+    assert (box["spoken"].interrupted, box["spoken"].interrupted_by) == (True, "stop_speaking")
+    assert wire(box["spoken"])["interrupted_by"] == "stop_speaking" and "cut_in_ms" not in wire(box["spoken"])
+
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    cancelled = engine.speak(parse(text="Hello there."), stop=stop)
+    assert (cancelled.interrupted, cancelled.interrupted_by) == (True, "cancel")
+    voices.gate.set()
+    whole = engine.speak(parse(text="Hello there."))
+    assert (whole.interrupted, whole.interrupted_by) == (False, None) and "interrupted_by" not in wire(whole)
+
+
 def first_sentence_fed(outputs: FakeOutputs, timeout: float = 10) -> FakeSpeaker:
     """The speaker once the first sentence was fed to it: waited for on its event, never slept for (alone,
     the first speech of a process also imports numpy before its first sentence)."""
@@ -740,6 +761,18 @@ def test_the_schemas_state_barge_in_s_default_as_the_caller_writes_it(on):
     assert f"Default {word} with wait true" in speak["description"], speak
     assert f"Default {word} (MCP_LISTEN_BARGE_IN)" in converse["description"], converse
     assert "True" not in speak["description"] + converse["description"]
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_converse_s_description_says_what_it_does_with_what_it_hears_while_it_speaks_by_default(on):
+    """It said all of it was dropped, while barge-in (on by default) listens to it: the description states the
+    default in force and what each setting does."""
+    from mcp_listen.server.app import TOOLS
+
+    converse = next(t for t in TOOLS if t.name == "converse")
+    said = converse.description.format_map(Defaults(barge_in=on).words())
+    assert f"With barge_in (default {str(on).lower()}) it listens while you speak" in said, said
+    assert "With barge_in false what it hears while you speak" in said and "is dropped" in said
 
 
 def test_speak_text_takes_barge_in_s_default_only_when_it_waits_for_the_speech():
