@@ -1,14 +1,14 @@
-"""One converse turn with barge-in: the microphone stays live while the agent speaks, each window cleaned
+"""One converse exchange with barge-in: the microphone stays live while the agent speaks, each window cleaned
 of the echo (path.py), and the user talking over the agent stops the speech (cut_in.py); their words
 from the first syllable on are the answer.
 
-The loop: every window goes through the echo path; Silero (a session of this turn's own, apart from the
+The loop: every window goes through the echo path; Silero (a session of this exchange's own, apart from the
 listener's) hears what the echo model leaves while it has learnt the path, AEC3's output otherwise (its
 span starts afresh when that changes); the cut-in rule judges the phase, those probabilities and the
 model's measures. On a cut-in the speech stops and the last `handover_windows` go to the listener first
 (pre_roll), so nothing the user said is lost; the windows after it are the leftover while the model
 decided (AEC3's suppressor damps the user while the agent still talks), AEC3's output otherwise. A speech
-played out with nobody cutting in ends as the half-duplex turn does (turn.py): the windows until its
+played out with nobody cutting in ends as the half-duplex exchange does (exchange.py): the windows until its
 echo has died away are dropped, then the microphone itself is the user's."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from mcp_listen.duplex.config import DEFAULT, BargeInConfig
 from mcp_listen.duplex.cut_in import CutIn, cut_in, pre_roll
 from mcp_listen.duplex.doubletalk import EchoModel, Explained
 from mcp_listen.duplex.echo import Canceller
+from mcp_listen.duplex.exchange import STOP_WAIT_S, Clock, HalfDuplex, Microphone, Speech
 from mcp_listen.duplex.path import Cleaned, Cleaning, EchoPath, Explaining, Measuring, Phase
-from mcp_listen.duplex.turn import STOP_WAIT_S, Clock, Microphone, Speech, SpeechFirst
 
 if TYPE_CHECKING:
     from mcp_listen.speech.listener import VoiceDetector
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class BargeIn(SpeechFirst):
+class BargeIn(HalfDuplex):
     """converse with barge_in: the agent's speech, which the user's own speech stops."""
 
     def __init__(
@@ -100,7 +100,7 @@ class BargeIn(SpeechFirst):
         self, window: Any, incoming: Iterator[Any], latency: float, on_listening: Callable[[], None]
     ) -> Iterator[Any]:
         """The speech played out: the half-duplex guard (the windows that may hold its echo are dropped),
-        then the microphone itself, as the half-duplex turn hands it on. With no echo left there is nothing
+        then the microphone itself, as the half-duplex exchange hands it on. With no echo left there is nothing
         to cancel, while AEC3's output still differs from what it was given (whisper heard "life-has
         keeper" for "lighthouse keeper" in it once)."""
         while self._still_echo(latency):

@@ -1,6 +1,6 @@
 """Barge-in's thresholds, in one frozen, validated config: the cut-in rules and the echo path's phases
 (`BargeInConfig`), the echo's delay measurement (`DelayConfig`) and the linear echo model
-(`EchoModelConfig`). The turn takes one (the default unless a test or the bench passes another), so a
+(`EchoModelConfig`). The exchange takes one (the default unless a test or the bench passes another), so a
 threshold is changed here or tried on the bench without patching a module. Each field says why it is
 what it is in a line; the measurements behind the numbers are in bench/README.md ("Barge-in's
 thresholds")."""
@@ -153,7 +153,7 @@ class BargeInConfig:
     """A window's reference (dBFS) from which it counts as loud played speech, not a pause between words."""
     relearn_s: float = 3.0
     """Speech heard with the echo model unlearnt after the delay was measured before it is measured again
-    (once a turn): an echo the model still cannot explain has moved."""
+    (once an exchange): an echo the model still cannot explain has moved."""
     replay_windows: int = 32
     """The windows (the last second) the fresh echo model is taught again once the delay is measured..."""
     replay_passes: int = 3

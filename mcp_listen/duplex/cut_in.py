@@ -5,7 +5,7 @@ phase, Silero's recent probabilities and the echo model's recent measures; it re
 Which rule counts depends on the phase (path.py; docs/turn-taking.md has the table):
 
 - `learnt`, the double-talk rule: over the last `onset_windows` windows the share of the microphone the
-  echo model leaves rose `rise_db` over the turn's echo-alone baseline, that leftover is about as loud as
+  echo model leaves rose `rise_db` over the exchange's echo-alone baseline, that leftover is about as loud as
   the microphone usually is while the agent speaks (within `level_db`, or `clear_level_db` after a clear
   rise), no window's leftover is louder than the microphone or clipped by the echo, and Silero hears
   speech in it (`onset_probability` on average).
@@ -59,7 +59,7 @@ class CutIn:
     clear: bool = False
     """The rise was clear enough (`clear_rise_db`) to admit a leftover down to `clear_level_db`."""
     after_ms: int | None = None
-    """From the speech's first sound to the cut (the turn fills it in)."""
+    """From the speech's first sound to the cut (the exchange fills it in)."""
 
     def fields(self) -> str:
         """The record as `key=value` pairs, for the log."""

@@ -7,13 +7,13 @@ and what it leaves of the echo still sounds like speech to Silero: in reverberan
 itself (bench/barge.py). So the decision rests on a linear model of the echo path: an adaptive filter
 predicts the echo from the reference, and the user is what it fails to predict. Echo alone, the prediction
 leaves 20-30 dB less than the microphone heard; a user as loud as the echo leaves only a few dB less. The
-rise over the turn's own echo-alone baseline, not a fixed level, is the measure.
+rise over the exchange's own echo-alone baseline, not a fixed level, is the measure.
 
 The filter is a partitioned-block frequency-domain adaptive filter (overlap-save, gradient-constrained:
 the textbook form of Speex's and WebRTC's linear stages). Its step is normalised, per frequency bin, by
 the reference's power summed over every partition, that is over the whole filter length (textbook NLMS,
 stable for any step below 2), where a first version took the newest block's smoothed power alone. That
-first version's leftover stayed as loud as the microphone on the live rig in about one turn in three.
+first version's leftover stayed as loud as the microphone on the live rig in about one exchange in three.
 Recorded (tests/fixtures/echo), those turns showed the reference going wrong under the filter more than
 the step: silent while the echo spoke (the device ran dry while Piper rendered a sentence: audio/echo.py
 now keeps the gap), creeping a fraction of a millisecond against the echo (engine/barge.py now keeps the
@@ -83,7 +83,7 @@ class NoiseFloor:
 @dataclass(frozen=True)
 class Explained:
     """One window: the part of the microphone the echo model leaves (dB; above 0 when its prediction added
-    sound instead of taking the echo out: a path it has not learnt), the turn's baseline of
+    sound instead of taking the echo out: a path it has not learnt), the exchange's baseline of
     it while the agent alone spoke (dB; 0 until known), the leftover's level against the microphone's
     typical level while the agent speaks (dB), and whether the model has learnt the path (and has not
     been reset since)."""
@@ -108,7 +108,7 @@ class Explained:
 
 
 class EchoModel:
-    """The adaptive linear echo filter of one turn, fed window by window from the microphone's thread."""
+    """The adaptive linear echo filter of one exchange, fed window by window from the microphone's thread."""
 
     def __init__(self, config: EchoModelConfig | None = None) -> None:
         import numpy as np

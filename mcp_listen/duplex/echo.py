@@ -102,15 +102,15 @@ class FarEnd:
             if self.started_at is not None:
                 self._length = max(0, min(self._length, round((at - self.started_at) * SAMPLE_RATE)))
 
-    def reference(self, heard_from: float, lead_s: float, samples: int = WINDOW_SAMPLES) -> Any:
-        """The `samples` played from `heard_from` + `lead_s` on (zeros before the speech and after it)."""
+    def reference(self, captured_at: float, lead_s: float, samples: int = WINDOW_SAMPLES) -> Any:
+        """The `samples` played from `captured_at` + `lead_s` on (zeros before the speech and after it)."""
         import numpy as np
 
         out = np.zeros(samples, dtype=np.int16)
         with self._lock:
             if self.started_at is None:
                 return out
-            start = round((heard_from + lead_s - self.started_at) * SAMPLE_RATE)
+            start = round((captured_at + lead_s - self.started_at) * SAMPLE_RATE)
             first, last = max(start, 0), min(start + samples, self._length)
             if last > first:
                 out[first - start : last - start] = self._samples[first:last]
@@ -157,9 +157,9 @@ class Aligner:
             near = _joined(self._near)
             lag = echo_lag_s(near, _joined(self._far), config)
             self.restart()
-            self.microphone_db = heard = level_db(near)
-            if lag is None and heard > config.quiet_db:
-                log.info("no echo of the speech found, the microphone at %.0f dBFS: measuring again", heard)
+            self.microphone_db = level = level_db(near)
+            if lag is None and level > config.quiet_db:
+                log.info("no echo of the speech found, the microphone at %.0f dBFS: measuring again", level)
                 return False
             self.done = True
             if lag is not None:
@@ -201,7 +201,7 @@ def _joined(windows: list[Any]) -> Any:
 
 
 class Canceller:
-    """AEC3 on 16 kHz mono windows, one instance per turn (it is not thread-safe: the microphone's
+    """AEC3 on 16 kHz mono windows, one instance per exchange (it is not thread-safe: the microphone's
     thread alone calls it)."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The echo path of one barge-in turn: each window the microphone hears, with what the speaker played
+"""The echo path of one barge-in exchange: each window the microphone hears, with what the speaker played
 meanwhile as the reference, through WebRTC's AEC3 (echo.Canceller) and the linear echo model
 (doubletalk.EchoModel); and the phase the path is in, which says which cut-in rule counts (cut_in.py).
 
@@ -105,7 +105,7 @@ class Tapped(Protocol):
 
 
 class EchoPath:
-    """The reference, the delay, AEC3 and the echo model of one turn, fed from the microphone's thread."""
+    """The reference, the delay, AEC3 and the echo model of one exchange, fed from the microphone's thread."""
 
     def __init__(
         self,
@@ -122,7 +122,8 @@ class EchoPath:
         self._new_aligner: Callable[[], Measuring] = aligners or (lambda: Aligner(config.delay))
         self.far: FarEnd | None = None
         self.latency_s = 0.0
-        """The microphone's input latency (set as the turn starts): a window is heard that long before it arrives."""
+        """The microphone's input latency (set as the exchange starts): a window arrives that long after it
+        was heard."""
         self.count = 0
         """Windows cleaned so far."""
         self._recent: deque[tuple[Any, int]] = deque(maxlen=config.replay_windows)
@@ -289,7 +290,7 @@ class EchoPath:
 
     def _watch(self, explained: Explained, reference: Any) -> None:
         """Measure the delay again when the echo model, once learnt, ran away (its guard reset it), or when it
-        stays unlearnt for `relearn_s` of speech after the delay was measured (once a turn): the echo has
+        stays unlearnt for `relearn_s` of speech after the delay was measured (once an exchange): the echo has
         moved. Until a new delay is found the one in use stays."""
         ran_away = self._echo.resets != self._resets
         self._resets = self._echo.resets

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mcp_listen.audio.microphone import Claim
     from mcp_listen.audio.portaudio_lock import PortAudioLock, StreamLock
     from mcp_listen.audio.speaker import Speaker
-    from mcp_listen.duplex.turn import Speech
+    from mcp_listen.duplex.exchange import Speech
     from mcp_listen.speech.listener import VoiceDetector
     from mcp_listen.voice.check import VoiceInfo
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class Duplexing(Protocol):
-    """Speaking while listening (duplex.Duplex): whether its echo canceller is installed, and a barge-in turn."""
+    """Speaking while listening (duplex.Duplex): whether its echo canceller is installed, and a barge-in exchange."""
 
     def available(self) -> bool: ...
 
@@ -43,7 +43,7 @@ class Duplexing(Protocol):
 
 
 class Duplex:
-    """The real barge-in: WebRTC's AEC3 (the `speak` extra) and the turn with `config`'s thresholds."""
+    """The real barge-in: WebRTC's AEC3 (the `speak` extra) and the exchange with `config`'s thresholds."""
 
     def __init__(self, config: BargeInConfig = DEFAULT) -> None:
         self.config = config
@@ -52,7 +52,7 @@ class Duplex:
         return echo.available()
 
     def barge_in(self, playback: Speech, text: str, speed: float, vad: VoiceDetector) -> BargeIn:
-        """The turn; raises ImportError, OSError or RuntimeError when the canceller's library fails to start."""
+        """The exchange; raises ImportError, OSError or RuntimeError when the canceller's library fails to start."""
         return BargeIn(playback, text, speed, vad, config=self.config)
 
 

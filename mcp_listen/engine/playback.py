@@ -1,6 +1,6 @@
 """One speech's playing: Piper's sentences fed to the speaker as they come, in the caller's thread
 (speak_text, wait: true) or a thread of its own (`start`): speak_text with wait: false, which holds
-the device until the speech ends, and converse, which listens meanwhile (duplex/turn.py).
+the device until the speech ends, and converse, which listens meanwhile (duplex/exchange.py).
 
 Synthesis runs in a thread of its own ("mcp-listen-synth") while the speaker's writer thread plays
 what came before: the first, short piece (voice/pieces.py) sounds while the next sentence is being
@@ -105,7 +105,7 @@ class Playback:
         threading.Thread(target=play, name="mcp-listen-speak", daemon=True).start()
 
     def stop(self, wait_s: float) -> None:
-        """Stop the speech now (the call it belongs to is over, or the user cut in: the turn says which) and
+        """Stop the speech now (the call it belongs to is over, or the user cut in: the exchange says which) and
         wait, bounded, until it let go."""
         self.halt("cancel")
         self.ended.wait(wait_s)

@@ -22,7 +22,7 @@ from mcp_listen.contract.limits import DEFAULT_SPEED
 from mcp_listen.contract.results import AnyOf, Cancel, Spoken, Stopped
 from mcp_listen.duplex import echo
 from mcp_listen.duplex.barge import BargeIn
-from mcp_listen.duplex.turn import SpeechFirst
+from mcp_listen.duplex.exchange import HalfDuplex
 from mcp_listen.engine.parts import Duplex, Duplexing
 from mcp_listen.engine.playback import Playback
 from mcp_listen.errors import Cancelled, CaptureError, InvalidArgument
@@ -190,7 +190,7 @@ class SpeechOutput:
         microphone beside the speaker, or a canceller that starts, it plays without listening and says so."""
         speed = speed_of(args.speed)
         playback = self.playback(voice, device.index, cancel, self.recorder.portaudio.shared)
-        turn: BargeIn | None = None
+        exchange: BargeIn | None = None
         warning = None
         try:
             with (
@@ -200,38 +200,42 @@ class SpeechOutput:
             ):
                 claim.device, claim.speaking = device.name, True
                 microphone, warning = self._microphone_beside_the_speaker(on, cancel)
-                turn, failed = (None, None) if microphone is None else self.barge_turn(playback, args.text, speed)
-                if turn is None:
+                exchange, failed = (
+                    (None, None) if microphone is None else self.barge_in_exchange(playback, args.text, speed)
+                )
+                if exchange is None:
                     warning = warning or CANCELLER_FAILED_SPEAK.format(reason=failed)
                     playback.run(args.text, speed)
                 else:
-                    warning = self._listen_while_speaking(turn, microphone, playback, on)
+                    warning = self._listen_while_speaking(exchange, microphone, playback, on)
         except Cancelled:
             pass  # as without barge_in: a cancelled speech is an interrupted one
         finally:
-            if turn is not None:
-                turn.close()
+            if exchange is not None:
+                exchange.close()
         if playback.error is not None:
             raise playback.error
         played = playback.played
         warning = joined(warning, playback.warning)
         if played is None:
-            by, _ = ended_by(playback, turn, True)
+            by, _ = ended_by(playback, exchange, True)
             return Spoken(voice.name, 0, None, interrupted=True, warning=warning, interrupted_by=by)
         first = ms_between(received, played.first_audio_at)
-        cut_in = turn is not None and turn.barged_at is not None
+        cut_in = exchange is not None and exchange.barged_at is not None
         interrupted = played.interrupted or cut_in
-        by, at = ended_by(playback, turn, interrupted)
+        by, at = ended_by(playback, exchange, interrupted)
         return Spoken(
             voice.name, played.duration_ms, first, interrupted, warning=warning, interrupted_by=by, cut_in_ms=at
         )
 
-    def _listen_while_speaking(self, turn: BargeIn, microphone: Any, playback: Playback, on: ExitStack) -> str | None:
+    def _listen_while_speaking(
+        self, exchange: BargeIn, microphone: Any, playback: Playback, on: ExitStack
+    ) -> str | None:
         """Until the user cuts in or the speech ends. A microphone lost meanwhile leaves the speech to play
         on, unheard, and the warning says so; a speaker lost with it (one sound server) then ends the call
         as it would without barge_in (its error says played_ms)."""
         try:
-            next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
+            next(exchange.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
             return None
         except CaptureError as exc:
             log.warning("barge-in: the microphone was lost mid-speech (%s): the speech plays on unheard", exc.code)
@@ -309,21 +313,21 @@ class SpeechOutput:
             raise Cancelled("The speech was cancelled.")
         return out.write(_joined(pieces), voice.sample_rate)
 
-    def turn(
+    def exchange(
         self, playback: Playback, text: str, speed: float | None, barge_in: bool
-    ) -> tuple[SpeechFirst, str | None]:
-        """The turn converse takes: half-duplex, or with barge-in when it is asked for and the echo
-        canceller is there; without it, half-duplex and a warning, never a turn that hears the
+    ) -> tuple[HalfDuplex, str | None]:
+        """The exchange converse takes: half-duplex, or with barge-in when it is asked for and the echo
+        canceller is there; without it, half-duplex and a warning, never an exchange that hears the
         agent's voice as the user's."""
         if not barge_in:
-            return SpeechFirst(playback, text, speed_of(speed)), None
+            return HalfDuplex(playback, text, speed_of(speed)), None
         if not self.duplex.available():
             log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
-            return SpeechFirst(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
-        turn, failed = self.barge_turn(playback, text, speed_of(speed))
-        if turn is None:
-            return SpeechFirst(playback, text, speed_of(speed)), CANCELLER_FAILED.format(reason=failed)
-        return turn, None
+            return HalfDuplex(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
+        exchange, failed = self.barge_in_exchange(playback, text, speed_of(speed))
+        if exchange is None:
+            return HalfDuplex(playback, text, speed_of(speed)), CANCELLER_FAILED.format(reason=failed)
+        return exchange, None
 
     def barge_in(self, asked: bool | None, wait: bool | None = True) -> bool:
         """Whether a call listens while it speaks: as asked, else the configured default (MCP_LISTEN_BARGE_IN),
@@ -333,8 +337,8 @@ class SpeechOutput:
             return asked
         return self.settings.defaults.barge_in and wait is not False
 
-    def barge_turn(self, playback: Playback, text: str, speed: float) -> tuple[BargeIn | None, str | None]:
-        """The barge-in turn, or None and why when its echo canceller (a native library) or its onset
+    def barge_in_exchange(self, playback: Playback, text: str, speed: float) -> tuple[BargeIn | None, str | None]:
+        """The barge-in exchange, or None and why when its echo canceller (a native library) or its onset
         detector fails to start: a broken install must not fail every call while barge-in is on by default."""
         try:
             return self.duplex.barge_in(playback, text, speed, self.onset_detector()), None
@@ -351,21 +355,21 @@ class SpeechOutput:
         return self._onset_vad
 
 
-def spoken(playback: Playback, turn: SpeechFirst, received: float) -> Spoken:
+def spoken(playback: Playback, exchange: HalfDuplex, received: float) -> Spoken:
     """What converse said: listening began once its speech ended, so `played` is there but for a
     speech that never reached a device (nothing to say after cleaning the text)."""
     voice, played = playback.voice.name, playback.played
     if played is None:
         return Spoken(voice, 0, None, interrupted=False)
-    by, at = ended_by(playback, turn, played.interrupted)
+    by, at = ended_by(playback, exchange, played.interrupted)
     first = ms_between(received, played.first_audio_at)
     return Spoken(voice, played.duration_ms, first, played.interrupted, interrupted_by=by, cut_in_ms=at)
 
 
-def ended_by(playback: Playback, turn: SpeechFirst | None, interrupted: bool) -> tuple[str | None, int | None]:
+def ended_by(playback: Playback, exchange: HalfDuplex | None, interrupted: bool) -> tuple[str | None, int | None]:
     """Who cut the speech short (limits.INTERRUPTED_BY; None when it played out), and when the user cut in
     (ms after its first sound; None when they did not)."""
-    cut = turn.cut_in if isinstance(turn, BargeIn) else None
+    cut = exchange.cut_in if isinstance(exchange, BargeIn) else None
     if cut is not None:
         return "user", cut.after_ms
     return (playback.interrupted_by if interrupted else None), None

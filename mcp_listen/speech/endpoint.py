@@ -328,8 +328,8 @@ class Endpointer:
         once ROOM_WINDOWS of them were sound (digital silence, as a virtual microphone delivers
         before the room, is not the room; and at the very start of a recording the few windows
         Silero has not yet scored high may be the first word). None until then."""
-        heard = [level for level in self._floor_levels if level > SILENT_DB]
-        return median(heard) if len(heard) >= ROOM_WINDOWS else None
+        sounding = [level for level in self._floor_levels if level > SILENT_DB]
+        return median(sounding) if len(sounding) >= ROOM_WINDOWS else None
 
     def _below_onset(self, level: float | None) -> bool:
         """Whether a window is too close to the room's level to be onset evidence."""

@@ -254,7 +254,7 @@ class Listener:
         """The transcript so far as last reported."""
         self._zero_windows = 0
         """Windows of only zeros since the stream opened, until the first sound."""
-        self._sound_heard = False
+        self._sound_arrived = False
         self._cutter = PhraseCutter() if phrases is not None else None
         self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
         """Windows after the onset at which the language is detected."""
@@ -321,10 +321,10 @@ class Listener:
 
     def _check_for_sound(self, window: np.ndarray) -> None:
         """Count the zeros a dead microphone delivers, and say so as soon as a second of them is in."""
-        if self._sound_heard:
+        if self._sound_arrived:
             return
         if window.any():
-            self._sound_heard = True
+            self._sound_arrived = True
             return
         self._zero_windows += 1
         if self._zero_windows == self.DEAD_AFTER_WINDOWS and self.progress:
@@ -333,7 +333,7 @@ class Listener:
     @property
     def dead_microphone(self) -> bool:
         """Every sample so far was zero, for at least the first second: no sound ever arrived."""
-        return not self._sound_heard and self._zero_windows >= self.DEAD_AFTER_WINDOWS
+        return not self._sound_arrived and self._zero_windows >= self.DEAD_AFTER_WINDOWS
 
     @property
     def elapsed_ms(self) -> int:

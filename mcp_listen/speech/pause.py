@@ -76,9 +76,9 @@ class PauseJudge:
         if self.voice is None or speech_end is None or pause_ms < self.config.ask_after_ms:
             return
         for ms in self.config.pause_heard_ms:
-            heard_end = speech_end + ms * SAMPLE_RATE // 1000
-            if heard_end <= recorded:
-                last = functools.partial(_before, audio, heard_end)
+            until = speech_end + ms * SAMPLE_RATE // 1000
+            if until <= recorded:
+                last = functools.partial(_before, audio, until)
                 self.voice.ask(speech_end, ms, last, now=recorded)
 
     def finished(self, stopped_by: str | None, pause_ms: float, target_ms: float) -> TurnEnd:

@@ -201,9 +201,9 @@ class VoiceAtPause:
             if ms in self._asked or self._decided() or not self.budget.take(clock):
                 return
             self._asked.add(ms)
-        heard = samples()
+        audio = samples()
         with self._lock:
-            self._waiting.append((pause, heard))
+            self._waiting.append((pause, audio))
             start, self._working = not self._working, True
         if start:
             threading.Thread(target=self._work, name="mcp-listen-smart-turn", daemon=True).start()

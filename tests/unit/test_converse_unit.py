@@ -14,7 +14,7 @@ import pytest
 from mcp_listen.audio.portaudio_lock import PortAudioLock
 from mcp_listen.contract.limits import WINDOW_S
 from mcp_listen.duplex.config import DEFAULT as CONFIG
-from mcp_listen.duplex.turn import ECHO_TAIL_S, SpeechFirst
+from mcp_listen.duplex.exchange import ECHO_TAIL_S, HalfDuplex
 from mcp_listen.errors import DeviceLost
 
 
@@ -98,7 +98,7 @@ def test_windows_are_dropped_while_speaking_and_until_the_echo_has_died_away():
         if i == 5:
             time.sleep(guard)
 
-    turn = SpeechFirst(playback, "Hello.", 1.0)  # type: ignore[arg-type]
+    turn = HalfDuplex(playback, "Hello.", 1.0)  # type: ignore[arg-type]
     live: list[int] = []
     heard = list(turn.windows(Mic(8, during), lambda: live.append(1)))
     assert playback.started and heard == [5, 6, 7] and live == [1]
@@ -114,12 +114,12 @@ def test_a_speech_that_failed_ends_the_turn_with_its_error():
             playback.ended.set()
 
     with pytest.raises(DeviceLost):
-        list(SpeechFirst(playback, "Hello.", 1.0).windows(Mic(5, during), lambda: None))  # type: ignore[arg-type]
+        list(HalfDuplex(playback, "Hello.", 1.0).windows(Mic(5, during), lambda: None))  # type: ignore[arg-type]
 
 
 def test_leaving_the_turn_early_stops_the_speech_and_never_one_that_did_not_start():
     playback = FakePlayback()
-    turn = SpeechFirst(playback, "Hello.", 1.0)  # type: ignore[arg-type]
+    turn = HalfDuplex(playback, "Hello.", 1.0)  # type: ignore[arg-type]
     turn.close()
     assert not playback.stopped
     windows = turn.windows(Mic(5, lambda i: None), lambda: None)

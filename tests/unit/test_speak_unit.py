@@ -829,10 +829,10 @@ def test_a_canceller_that_fails_to_start_leaves_converse_half_duplex_with_a_warn
     listens after the speech (never while it plays) and the warning says why."""
     from types import SimpleNamespace
 
-    from mcp_listen.duplex.turn import SpeechFirst
+    from mcp_listen.duplex.exchange import HalfDuplex
 
     engine, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}), duplex=CancellerThere(failure))
-    turn, warning = engine.speech.turn(SimpleNamespace(), "Hi.", None, True)
-    assert type(turn) is SpeechFirst and warning is not None
+    turn, warning = engine.speech.exchange(SimpleNamespace(), "Hi.", None, True)
+    assert type(turn) is HalfDuplex and warning is not None
     assert failure.__name__ in warning and "listened after the speech" in warning
-    assert engine.speech.turn(SimpleNamespace(), "Hi.", None, False)[1] is None
+    assert engine.speech.exchange(SimpleNamespace(), "Hi.", None, False)[1] is None

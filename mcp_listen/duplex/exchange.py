@@ -1,4 +1,4 @@
-"""One converse turn, half-duplex: the agent's speech plays into an open microphone, and only what the
+"""One converse exchange, half-duplex: the agent's speech plays into an open microphone, and only what the
 microphone hears after the speech has left the speaker is the user's.
 
 The microphone opens first and runs all through the speech, so listening needs no device open at its
@@ -10,7 +10,7 @@ input latency (PortAudio's own figure for the open stream) after their last samp
 span one window, so the first window that can be the user's alone arrives ended_at + input latency +
 WINDOW_S; ECHO_TAIL_S more lets the room's reverberation die away.
 
-The turn sees the speech and the microphone through protocols of its own (the engine's Playback and
+The exchange sees the speech and the microphone through protocols of its own (the engine's Playback and
 microphone), and reads the time from the clock it is given (the bench's simulated one).
 """
 
@@ -33,7 +33,7 @@ ECHO_TAIL_S = 0.03
 """The room's echo after the speaker fell silent: its first reflections arrive within ~30 ms (a 10 m path);
 the late reverberation is too faint and smeared for Silero's onset. The guard already counts one window."""
 STOP_WAIT_S = 1.0
-"""How long leaving the turn early waits for the speech to stop (it takes about one block)."""
+"""How long leaving the exchange early waits for the speech to stop (it takes about one block)."""
 
 
 class Played(Protocol):
@@ -42,7 +42,7 @@ class Played(Protocol):
 
 
 class Speech(Protocol):
-    """The agent's speech as the turn drives it (engine.playback.Playback)."""
+    """The agent's speech as the exchange drives it (engine.playback.Playback)."""
 
     ended: threading.Event
     error: BaseException | None
@@ -64,7 +64,7 @@ class Microphone(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
-class SpeechFirst:
+class HalfDuplex:
     """The agent's speech, then the user's windows: wraps the open microphone for one converse."""
 
     def __init__(self, playback: Speech, text: str, speed: float, clock: Clock = time.monotonic) -> None:
