@@ -81,10 +81,8 @@ MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 """speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
 BARGE_IN_BY_DEFAULT = True
 """Whether converse and speak_text (with wait true) let the user talk over the speech when the call does not
-say (MCP_LISTEN_BARGE_IN sets it for a user). On: in bench/barge.py's four rooms the agent's own voice stopped
-none of 160 turns and every user was caught, bench/barge_live.py passed every run, live and with a fresh
-server's first turn on two busy cores, and full test runs with it on stopped no speech but the users' own
-(bench/README.md). Without the echo canceller, or a microphone beside the speaker, the call falls back to
+say (MCP_LISTEN_BARGE_IN sets it for a user); on by what the bench measured (bench/README.md, "Barge-in's
+thresholds"). Without the echo canceller, or a microphone beside the speaker, the call falls back to
 speaking without listening and says so in its `warning`."""
 DEVICE_KINDS = ("input", "output", "all")
 """What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""

@@ -100,9 +100,8 @@ class BargeIn(HalfDuplex):
         self, window: Any, incoming: Iterator[Any], latency: float, on_listening: Callable[[], None]
     ) -> Iterator[Any]:
         """The speech played out: the half-duplex guard (the windows that may hold its echo are dropped),
-        then the microphone itself, as the half-duplex exchange hands it on. With no echo left there is nothing
-        to cancel, while AEC3's output still differs from what it was given (whisper heard "life-has
-        keeper" for "lighthouse keeper" in it once)."""
+        then the microphone itself, as the half-duplex exchange hands it on: with no echo left there is nothing
+        to cancel, while AEC3's output still changes the voice."""
         while self._still_echo(latency):
             next_window = next(incoming, None)
             if next_window is None:

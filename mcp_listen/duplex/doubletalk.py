@@ -1,38 +1,23 @@
 """Double talk: how much of what the microphone hears the played speech does not explain, from a linear
 echo model that cannot run away.
 
-Barge-in (engine/barge.py) must tell the user's voice from the agent's own echo while both sound. WebRTC's
-AEC3 (audio/echo.py) removes the echo well, but its suppressor also damps the user during double talk,
-and what it leaves of the echo still sounds like speech to Silero: in reverberant rooms the agent stopped
-itself (bench/barge.py). So the decision rests on a linear model of the echo path: an adaptive filter
-predicts the echo from the reference, and the user is what it fails to predict. Echo alone, the prediction
-leaves 20-30 dB less than the microphone heard; a user as loud as the echo leaves only a few dB less. The
-rise over the exchange's own echo-alone baseline, not a fixed level, is the measure.
+Barge-in must tell the user's voice from the agent's own echo while both sound. AEC3 (echo.py) removes
+the echo well, but its suppressor also damps the user during double talk, and what it leaves of the echo
+still sounds like speech to Silero. So the double-talk rule (cut_in.py) rests on a linear model of the
+echo path: an adaptive filter predicts the echo from the reference, and the user is what it fails to
+predict. Echo alone, the prediction leaves 20-30 dB less than the microphone heard; a user as loud as
+the echo only a few dB less: the rise over the exchange's own echo-alone baseline is the measure.
 
 The filter is a partitioned-block frequency-domain adaptive filter (overlap-save, gradient-constrained:
-the textbook form of Speex's and WebRTC's linear stages). Its step is normalised, per frequency bin, by
-the reference's power summed over every partition, that is over the whole filter length (textbook NLMS,
-stable for any step below 2), where a first version took the newest block's smoothed power alone. That
-first version's leftover stayed as loud as the microphone on the live rig in about one exchange in three.
-Recorded (tests/fixtures/echo), those turns showed the reference going wrong under the filter more than
-the step: silent while the echo spoke (the device ran dry while Piper rendered a sentence: audio/echo.py
-now keeps the gap), creeping a fraction of a millisecond against the echo (engine/barge.py now keeps the
-clock it measured), or falling 195 ms behind it, past the path modelled. So a guard stands behind the
-normaliser: when the residual is louder than the microphone through most of ~0.3 s, or the filter's
-energy jumps, the model starts afresh and reports itself unlearnt until its echo-alone baseline is
-known again; engine/barge.py then decides by the stricter rule on AEC3 alone and measures the delay
-again.
-
-In a noisy room the leftover is mostly the room's noise, which no model of the echo can explain: the echo
-alone then left only 5-12 dB less than the microphone, and the model never counted as learnt. So both
-energies are measured above a noise floor (NoiseFloor: minimum statistics of the leftover per frequency
-bin), and the step of each bin is regularised by it, so that the model does not learn the room's noise
-as echo. In the bench's noisy room the echo alone now leaves 20-27 dB less, as in a quiet room.
-
-No maintained PyPI package exposes such a filter (the WebRTC bindings offer only the whole canceller, and
-Speex's wheels are unmaintained or source-only: bench/README.md), hence these lines of numpy. Its output,
-the microphone less the predicted echo, keeps the user's voice whole: it is what Silero and whisper hear
-once the user cuts in.
+the textbook form of Speex's and WebRTC's linear stages), its step normalised per frequency bin by the
+reference's power over the whole filter length (NLMS, stable for any step below 2). A guard stands
+behind it: when the residual is louder than the microphone through most of ~0.3 s, or the filter's
+energy jumps, the model starts afresh and reports itself unlearnt until its baseline is known again
+(the echo path then measures the delay again). Both energies are measured above the room's noise floor
+(NoiseFloor), and each bin's step is regularised by it, so that a noisy room's leftover does not keep the
+model unlearnt nor teach it the noise as echo. Its output, the microphone less the predicted echo, keeps
+the user's voice whole: it is what Silero and whisper hear once the user cuts in. The thresholds are
+EchoModelConfig's (config.py); why the filter is built so: bench/README.md, "Barge-in's thresholds".
 """
 
 from __future__ import annotations
@@ -248,8 +233,6 @@ class EchoModel:
 
 def saturated(samples: Any) -> bool:
     """Whether the microphone reached full scale: what it heard past it is lost, so no linear model explains
-    the block. The filter does not learn from it (a learnt model fed 0.6 s of clipped sound left -7 dB of the
-    echo afterwards instead of -63: tests/unit/test_doubletalk.py), the noise floor does not follow it, and the
-    guard does not count it (the leftover of a clipped echo can be louder than what the microphone kept). In
-    the bench's 120 ms 0 dB room the loudest onsets of the agent's speech clip the microphone."""
+    the block. The filter does not learn from it, the noise floor does not follow it, and the guard does not
+    count it (the leftover of a clipped echo can be louder than what the microphone kept)."""
     return bool(samples.max() >= 32767 or samples.min() <= -32768)

@@ -3,15 +3,13 @@ arrive on (FarEnd), the delay between the two measured (Aligner), and WebRTC's A
 from each window (Canceller).
 
 The canceller is pywebrtc-audio (Apache-2.0, part of the `speak` extra). AEC3 finds the delay between
-the played samples and their echo by itself, but only when the reference leads the echo, and it is
-slow to do so: measured offline on Piper speech, an echo 0 ms behind its reference is down 53 dB
-within a second, one 80 ms behind only 17 dB after two (52 dB once it has converged, none past
-~500 ms). So the reference is placed on the clock, not merely queued: sample k of the speech is
-heard at the first write's time + k / rate (a blocking output stream plays what it is given back to
-back), and a window is taken to hold what was heard at its arrival time minus the microphone's input
-latency. What that estimate misses (the sound server's own buffering, the room) the Aligner measures
-in the first second of speech by cross-correlation, and the reference is then handed in
-`aligned_lead_s` ahead of the echo. The thresholds are DelayConfig's (config.py).
+the played samples and their echo by itself, but only when the reference leads the echo, and slowly.
+So the reference is placed on the clock, not merely queued: sample k of the speech is heard at the
+first write's time + k / rate (a blocking output stream plays what it is given back to back), and a
+window holds what was heard at its arrival time minus the microphone's input latency. What that
+estimate misses (the sound server's own buffering, the room) the Aligner measures in the first second
+of speech by cross-correlation; the reference is then handed in `aligned_lead_s` ahead of the echo.
+The thresholds are DelayConfig's (config.py); the measurements behind them are in bench/README.md.
 """
 
 from __future__ import annotations

@@ -100,11 +100,9 @@ def _filters() -> np.ndarray:
 class SmartTurn:
     """One onnxruntime session of the model; `probability` may be called from any thread (one at a time).
 
-    The model is quantized (int8 weights between QuantizeLinear/DequantizeLinear pairs). onnxruntime fuses
-    those pairs into int8 kernels whose arithmetic depends on the CPU: on an AVX2 machine without VNNI the
-    intermediate sums saturate, and JFK's finished sentence scored 0.44 instead of 0.76 (the tests'
-    fixture). Left unfused, the same weights run in float everywhere: ~125 ms a call instead of ~90 ms
-    on one core of that machine, paid once per pause."""
+    The model is quantized; onnxruntime's fused int8 kernels give answers that depend on the CPU, so they
+    are left unfused and the same weights run in float everywhere (bench/README.md, "End of turn: Smart
+    Turn the same on every CPU")."""
 
     def __init__(self) -> None:
         onnxruntime = import_onnxruntime()
