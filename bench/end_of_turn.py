@@ -3,7 +3,7 @@
     python bench/end_of_turn.py [--offline] [--model tests/assets/ggml-base.bin] [--json OUT]
 
 --offline judges each signal alone on what the listener has when it asks, without the live rig: the
-end of speech where the server's Silero + endpointer put it (the clip after LEAD_MS of digital silence,
+end of speech where the server's listener puts it (the clip after LEAD_MS of digital silence,
 as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
 audio model's least sure answer over EndOfTurnConfig.pause_heard_ms past it (`p`; `answers` worked out until
 one decides, their `voice_ms`, `last_answer_ms` the last one's: what is left once the pause is heard) and
@@ -15,7 +15,7 @@ silence alone ends every pause.
 Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
 clip's language), once per mode; a clip whose pause comes over PAUSE_BY_MS in begins later (`played`).
 The turn *ended at the pause* when the result's recording ends within the pause, and not by
-duration_ms. For finished turns that ended there: the result's arrival after the last loud sample
+duration_ms; each row keeps the result's end_reason and end_signal. For finished turns that ended there: the result's arrival after the last loud sample
 before the pause (play start + its offset; the playback latency is the same in both modes), minus
 silence_ms. The server's CPU seconds per utterance, per mode.
 """
@@ -56,8 +56,8 @@ def rates(rows: list[dict], finished: str) -> dict[str, Any]:
 
 
 def speech_end(vad: Any, entry: dict) -> int:
-    """Where the server's Silero + endpointer end the speech before the pause (a sample of `entry`'s
-    clip): fed window by window as the listener feeds them, after LEAD_MS of digital silence."""
+    """Where the server's listener ends the speech before the pause (a sample of `entry`'s clip): fed to
+    it window by window (endpoint_replay.replay), after LEAD_MS of digital silence."""
     from endpoint_replay import replay
 
     from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
@@ -175,8 +175,7 @@ def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, to
         stop_player(player)
     data = dict((msg.get("result") or {}).get("structuredContent") or {})
     said = [str(p.get("message", "")) for _, p in server.progress_for(token)]
-    data["how"] = next((m for m in said if m.startswith("Recording finished")), "")
-    data["judged_held"] = any(m.startswith("Holding") for m in said)  # the verdict held it, not its absence
+    data["judged_held"] = any(m.startswith("Holding") for m in said)  # the verdict held a pause, not its absence
     return t_reply - t_play, data, server.stats["cpu_s"] - cpu
 
 
@@ -206,7 +205,7 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str
                 ended = data.get("end_reason") != "duration" and len(lead) + e["pause_at"] < data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]  # fmt: skip
                 after = seconds * 1000 - last_loud / 16 - SILENCE_MS
                 rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "mode": mode, "ended": ended,
-                             "finished": ended, "end_reason": data.get("end_reason"), "how": data["how"], "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
+                             "finished": ended, "end_reason": data.get("end_reason"), "end_signal": data.get("end_signal"), "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
                              "post_speech_ms": round(after, 1) if ended else None, "text": data.get("transcription") or ""})  # fmt: skip
                 print(rows[-1], flush=True)
     finally:
