@@ -2,7 +2,7 @@
 meanwhile as the reference, through WebRTC's AEC3 (echo.Canceller) and the linear echo model
 (doubletalk.EchoModel); and the phase the path is in, which says which cut-in rule counts (cut_in.py).
 
-The phases, in the order a turn usually meets them (docs/turn-taking.md):
+The phases, in the order an exchange usually meets them (docs/turn-taking.md):
 
 - `waiting`: nothing played yet; the windows pass through.
 - `measuring`: the first second of speech measures the echo's delay (echo.Aligner); nothing counts.
