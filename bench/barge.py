@@ -1,4 +1,4 @@
-"""Barge-in on echo paths the live rig cannot make: converse's own turn (engine/barge.py: BargeIn) fed, window
+"""Barge-in on echo paths the live rig cannot make: converse's own turn (duplex/barge.py: BargeIn) fed, window
 by window on a simulated clock, what a microphone in a room hears; beside the server's own canceller and echo
 model, the maintained alternatives (bench/cancellers.py), each option on the very same cases.
 
@@ -6,8 +6,8 @@ model, the maintained alternatives (bench/cancellers.py), each option on the ver
 
 The agent is Piper's test voice at three speeds, the user real recorded speech (bench/realspeech_data.py),
 heard through an echo path (delay, gain, a reverberant tail) with steady noise; when the turn stops the
-speech, the echo stops one speaker block later. time.monotonic in the turn's modules is this bench's
-clock, so only the CPU figure feels other work on the machine. Per option and condition: false barge-ins,
+speech, the echo stops one speaker block later. The turn's clock is this bench's (passed in), so only the
+CPU figure feels other work on the machine; its thresholds are a BargeInConfig (`config`). Per option and condition: false barge-ins,
 reaction beside the same rule's floor on the clip alone, WER beside the clip alone, ERLE, CPU (bench/README.md,
 "Barge-in"). `livekit` needs `pip install livekit`, `speex` Debian's libspeexdsp1.
 """
@@ -58,6 +58,8 @@ SPEEDS = (0.8, 1.0, 1.25)
 RT60_S = 0.3
 TAIL_DB = -12.0
 """The reverberant tail: exponentially decaying noise, 60 dB down in RT60_S, starting TAIL_DB below the direct echo."""
+NEVER_S = 1e9
+"""relearn_s for the options without an echo model: the delay is never measured again for it."""
 TARGETS = {"reaction_median_ms": 450.0, "reaction_p90_ms": 600.0, "over_floor_ms": 60.0, "wer_points": 5.0, "cpu_pct": 10.0}  # fmt: skip
 
 
@@ -81,11 +83,14 @@ def echo(played16: Any, ir: Any, length: int, start: int) -> Any:
     return np.pad(out, (start, max(0, length - start - n)))[:length]
 
 
-def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[str, Any]:
+def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: Any = None) -> dict[str, Any]:
     """One converse turn with barge-in, simulated: returns when it stopped, what it handed on, and how long it took."""
+    import dataclasses
+
     import soxr
 
-    from mcp_listen.engine.barge import BargeIn
+    from mcp_listen.duplex.barge import BargeIn
+    from mcp_listen.duplex.config import DEFAULT
 
     far22, path, user, user_at, noise = case["far"], case["room"], case["user"], case["user_at"], case["noise"]
     far16 = soxr.resample(far22.astype(np.float32), VOICE_RATE, RATE).astype(np.float64)
@@ -119,9 +124,10 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[st
     playback.start, playback.stop = start, stop
     inner, model = parts(option)
     canceller = RecordingCanceller(inner)
-    turn = BargeIn(playback, "", 1.0, vad, canceller, model)  # type: ignore[arg-type]
-    if model is not None:
-        turn._watch = lambda explained, reference: None  # no model to relearn: the rule on the canceller decides
+    config = config or DEFAULT
+    if model is not None:  # no model to relearn: the rule on the canceller decides, the delay never measured again
+        config = dataclasses.replace(config, relearn_s=NEVER_S)
+    turn = BargeIn(playback, "", 1.0, vad, canceller, model, config=config, clock=clock.monotonic)  # type: ignore[arg-type]
     block = int(BLOCK_S * VOICE_RATE)
 
     def microphone():
@@ -155,6 +161,7 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str) -> dict[st
         "handed": np.concatenate(handed) if handed else np.zeros(0, np.int16),
         "pairs": canceller.pairs,
         "aligned_window": turn.aligned_window,
+        "cut_in": None if turn.cut_in is None else turn.cut_in.fields(),
         "cpu_per_speech_s": cpu / (len(near) / RATE),
         "speech_s": speech_s,
     }
@@ -212,11 +219,13 @@ def reaction_floor_ms(samples: Any, stop_to_silence_ms: float, rule: str) -> flo
     """The reaction of the `rule`'s Silero part with no agent: a fresh Silero on the clip alone, from its first loud
     sample to the window on which the rule's windows average its probability, plus the input latency and the
     speaker's cancel -> silence. The clips open with 0-280 ms of breath no rule on speech hears as speech."""
-    from mcp_listen.engine import barge
+    from mcp_listen.duplex.config import DEFAULT
     from mcp_listen.speech.vad import SileroVAD
 
-    double_talk = (barge.ONSET_WINDOWS, barge.ONSET_PROBABILITY)
-    windows, probability = double_talk if rule == "double_talk" else (barge.STRICT_WINDOWS, barge.STRICT_PROBABILITY)
+    double_talk = (DEFAULT.onset_windows, DEFAULT.onset_probability)
+    windows, probability = (
+        double_talk if rule == "double_talk" else (DEFAULT.strict_windows, DEFAULT.strict_probability)
+    )
     vad = SileroVAD()
     lead = RATE // 2
     padded = np.concatenate([np.zeros(lead), samples, np.zeros(lead)])
@@ -300,9 +309,11 @@ def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, part
 def _until_silence(handed: Any, stopped_s: float | None, clip: dict[str, Any], user_at: int) -> Any:
     """What the turn handed on up to where the listener's recording would end, DEFAULT_SILENCE_MS after the user's
     last loud sample (whisper wrote words of its own into the 4 s after). The handed windows begin
-    PRE_ROLL_WINDOWS before the one that stopped the speech (its arrival, INPUT_LATENCY_S after it was heard)."""
+    handover_windows before the one that stopped the speech (its arrival, INPUT_LATENCY_S after it was heard)."""
     from mcp_listen.contract.limits import DEFAULT_SILENCE_MS
-    from mcp_listen.engine.barge import PRE_ROLL_WINDOWS
+    from mcp_listen.duplex.config import DEFAULT
+
+    PRE_ROLL_WINDOWS = DEFAULT.handover_windows
 
     if stopped_s is None:
         return handed
@@ -394,12 +405,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def simulated_clock() -> Any:
-    """The turn's modules read this bench's clock: their `time` is a namespace whose monotonic is it."""
-    from mcp_listen.engine import barge, turn
-
+    """The turn's clock: `monotonic` reads `now`, which the simulated microphone moves on."""
     clock = SimpleNamespace(now=1000.0)
     clock.monotonic = lambda: clock.now
-    barge.time = turn.time = clock  # type: ignore[assignment]
     return clock
 
 

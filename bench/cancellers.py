@@ -1,5 +1,5 @@
 """The echo cancellers bench/barge.py sets beside the server's own (WebRTC AEC3 from pywebrtc-audio with
-the linear echo model of audio/doubletalk.py): bench-only, none of them is a dependency.
+the linear echo model of duplex/doubletalk.py): bench-only, none of them is a dependency.
 
 - livekit's AudioProcessingModule (PyPI `livekit`, Apache-2.0, wheels): WebRTC's APM with its default
   AEC3, 10 ms frames. It exposes no echo statistics (nor does pywebrtc-audio): ERLE is measured here.
@@ -119,7 +119,7 @@ class RecordingCanceller:
     """A canceller (the server's own by default), keeping what went in and came out (for the ERLE)."""
 
     def __init__(self, inner: Any = None) -> None:
-        from mcp_listen.audio.echo import Canceller
+        from mcp_listen.duplex.echo import Canceller
 
         self._inner = inner or Canceller()
         self.pairs: list[tuple[Any, Any]] = []
@@ -151,7 +151,7 @@ class Unlearnt:
     resets = 0
 
     def process(self, near: Any, far: Any) -> tuple[Any, Any]:
-        from mcp_listen.audio.doubletalk import Explained
+        from mcp_listen.duplex.doubletalk import Explained
 
         return near, Explained(0.0, 0.0, 0.0, False)
 

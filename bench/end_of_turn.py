@@ -3,9 +3,9 @@
     python bench/end_of_turn.py [--offline] [--model tests/assets/ggml-base.bin] [--json OUT]
 
 --offline judges each signal alone on what the listener has when it asks, without the live rig: the
-end of speech where the server's Silero + endpointer put it (the clip after LEAD_MS of digital silence,
+end of speech where the server's listener puts it (the clip after LEAD_MS of digital silence,
 as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
-audio model's least sure answer over smart_turn.PAUSE_HEARD_MS past it (`p`; `answers` worked out until
+audio model's least sure answer over EndOfTurnConfig.pause_heard_ms past it (`p`; `answers` worked out until
 one decides, their `voice_ms`, `last_answer_ms` the last one's: what is left once the pause is heard) and
 each answer alone (`p@T`). The signals: the text rule as it was (whisper's full stop believed), the words
 without that full stop (speech/turns.py), the audio model, and the rule that combines them
@@ -15,7 +15,7 @@ silence alone ends every pause.
 Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
 clip's language), once per mode; a clip whose pause comes over PAUSE_BY_MS in begins later (`played`).
 The turn *ended at the pause* when the result's recording ends within the pause, and not by
-duration_ms. For finished turns that ended there: the result's arrival after the last loud sample
+duration_ms; each row keeps the result's end_reason and end_signal. For finished turns that ended there: the result's arrival after the last loud sample
 before the pause (play start + its offset; the playback latency is the same in both modes), minus
 silence_ms. The server's CPU seconds per utterance, per mode.
 """
@@ -56,8 +56,8 @@ def rates(rows: list[dict], finished: str) -> dict[str, Any]:
 
 
 def speech_end(vad: Any, entry: dict) -> int:
-    """Where the server's Silero + endpointer end the speech before the pause (a sample of `entry`'s
-    clip): fed window by window as the listener feeds them, after LEAD_MS of digital silence."""
+    """Where the server's listener ends the speech before the pause (a sample of `entry`'s clip): fed to
+    it window by window (endpoint_replay.replay), after LEAD_MS of digital silence."""
     from endpoint_replay import replay
 
     from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
@@ -75,10 +75,12 @@ def speech_end(vad: Any, entry: dict) -> int:
 def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     from pywhispercpp.model import Model
 
+    from mcp_listen.speech.ending import SMART
     from mcp_listen.speech.listener import TRAILING_KEEP_MS
-    from mcp_listen.speech.smart_turn import PAUSE_HEARD_MS, shared_smart_turn
-    from mcp_listen.speech.turns import VOICE_THRESHOLD
+    from mcp_listen.speech.smart_turn import shared_smart_turn
     from mcp_listen.speech.vad import SileroVAD
+
+    PAUSE_HEARD_MS, VOICE_THRESHOLD = SMART.pause_heard_ms, SMART.voice_threshold
 
     whisper, voice, vad, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), SileroVAD(), []  # fmt: skip
     for e in entries:
@@ -107,8 +109,10 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
 
 def one_answer(rows: list[dict], ends_ms: tuple[int, ...]) -> dict[str, Any]:
     """The voice alone and the rule with one answer, at each end, in place of the least sure of them."""
-    from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
+    from mcp_listen.speech.ending import SMART
+    from mcp_listen.speech.turns import judge
 
+    VOICE_THRESHOLD = SMART.voice_threshold
     out = {}
     for ms in ends_ms:
         for r in rows:
@@ -171,8 +175,7 @@ def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, to
         stop_player(player)
     data = dict((msg.get("result") or {}).get("structuredContent") or {})
     said = [str(p.get("message", "")) for _, p in server.progress_for(token)]
-    data["how"] = next((m for m in said if m.startswith("Recording finished")), "")
-    data["judged_held"] = any(m.startswith("Holding") for m in said)  # the verdict held it, not its absence
+    data["judged_held"] = any(m.startswith("Holding") for m in said)  # the verdict held a pause, not its absence
     return t_reply - t_play, data, server.stats["cpu_s"] - cpu
 
 
@@ -202,7 +205,7 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str
                 ended = data.get("end_reason") != "duration" and len(lead) + e["pause_at"] < data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]  # fmt: skip
                 after = seconds * 1000 - last_loud / 16 - SILENCE_MS
                 rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "mode": mode, "ended": ended,
-                             "finished": ended, "end_reason": data.get("end_reason"), "how": data["how"], "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
+                             "finished": ended, "end_reason": data.get("end_reason"), "end_signal": data.get("end_signal"), "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
                              "post_speech_ms": round(after, 1) if ended else None, "text": data.get("transcription") or ""})  # fmt: skip
                 print(rows[-1], flush=True)
     finally:

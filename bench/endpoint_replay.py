@@ -2,8 +2,9 @@
 
     python bench/endpoint_replay.py [--phases 8] [--set NAME=VALUE,...] [--only real,espeak,loud,quiet,rooms,pauses]
 
-Capture is bit-exact, so each clip fed window by window through the server's SileroVAD + Endpointer here
-gets the decisions the server makes live, at `--phases` window alignments, counted in samples (load-proof).
+Capture is bit-exact, so each clip fed window by window through the server's own listener (its SileroVAD
+and Endpointer) gets the decisions the server makes live, at `--phases` window alignments, counted in
+samples (load-proof).
 bench/README.md ("Endpoint replay") describes each set and what "early", "cut" and "by the credit" mean.
 """
 
@@ -24,8 +25,8 @@ from rig import audio_assets as A
 from speech_checks import without_trailing_silence
 from stats import Run, cli, save_report, summary
 
-from mcp_listen.audio.levels import level_db
 from mcp_listen.speech.endpoint import EndpointConfig, Endpointer
+from mcp_listen.speech.listener import Listener, Plan
 from mcp_listen.speech.vad import SileroVAD
 
 LEAD = 300 * RATE // 1000
@@ -37,23 +38,32 @@ PAIRS = (("the quick brown fox jumps over the lazy dog", "and then it ran away")
          ("please turn off the lights in the kitchen", "and lock the back door"))  # fmt: skip
 
 
+class Counted:
+    """The VAD as the listener calls it, counting the windows the endpointer's gate let it skip (`gate`
+    false: Silero runs on every window)."""
+
+    def __init__(self, vad: Any, gate: bool) -> None:
+        self.vad, self.gate, self.skipped = vad, gate, 0
+
+    def reset(self) -> None:
+        self.vad.reset()
+
+    def hear(self, window: Any, run: bool = True) -> tuple[float, float]:
+        run = run or not self.gate
+        self.skipped += not run
+        return self.vad.hear(window, run=run)
+
+
 def replay(vad: Any, endpointer: Any, audio: Any, gate: bool = True) -> tuple[str | None, int, int]:
-    """Feed `audio` window by window as the server does: (reason, last window, windows Silero skipped)."""
-    vad.reset()
-    skipped = 0
-
-    def needs_vad(level: float) -> bool:
-        nonlocal skipped
-        needed = not gate or endpointer.needs_vad(level)
-        skipped += not needed
-        return needed
-
+    """Feed `audio` window by window through the server's listener: (reason, last window, windows skipped)."""
+    config, counted = endpointer.config, Counted(vad, gate)
+    plan = Plan(config.max_ms, True, config.silence_ms, None, end_of_turn="silence")
+    listener = Listener(plan, None, None, vad=counted, endpointer=endpointer)
     for w in range(len(audio) // 512):
-        window = audio[w * 512 : (w + 1) * 512]
-        reason = endpointer.feed(*vad.hear(window, run=needs_vad(level_db(window))))
+        reason = listener.on_window(audio[w * 512 : (w + 1) * 512])
         if reason:
-            return reason, w, skipped
-    return None, w, skipped
+            return reason, w, counted.skipped
+    return None, w, counted.skipped
 
 
 def stop(audio: Any, end: int, config: Any, vad: Any) -> tuple[str | None, float, bool]:

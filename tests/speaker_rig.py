@@ -38,7 +38,7 @@ AGENT_WORDS = frozenset(
 that stopped the speech on it handed its last words to the listener: "small", 2.3 s in)."""
 CUT_IN_AFTER_S = 4.0
 """From the speech's start on get_status to the user's clip: ~2.5 s of speech played, past the first ~2 s
-that cannot be interrupted (the echo's delay measured, then the canceller settles: engine/barge.py)."""
+that cannot be interrupted (the echo's delay measured, then the canceller settles: duplex/path.py)."""
 
 
 def speaking_env(mic_env: dict[str, str], home: Path, voices: Path, **extra: str) -> dict[str, str]:

@@ -125,7 +125,7 @@ class Speaker:
         self.tap: Callable[[Any, float, bool], None] | None = None
         """Called in the writer thread with every block (at device_rate), the time.monotonic() it was handed
         to the device, and whether the device had run dry before it (a gap was heard): barge-in's echo
-        reference (audio/echo.py). Set before the first feed."""
+        reference (duplex/echo.py). Set before the first feed."""
         self.warning: str | None = None
         """Why the one-speaker rule between mcp-listen servers does not hold for this speech (audio/owner.py)."""
 

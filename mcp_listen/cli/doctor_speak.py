@@ -62,7 +62,7 @@ BARGE_IN = "Barge-in (echo canceller)"
 def check_barge_in(settings: Settings) -> Check:
     """The echo canceller loads and cleans a window, as converse and speak_text with barge_in use it;
     without it they fall back to speaking without listening (a warning: nothing else needs it)."""
-    from mcp_listen.audio import echo
+    from mcp_listen.duplex import echo
 
     on = settings.defaults.barge_in
     state = "on" if on else "off"

@@ -21,6 +21,7 @@ WINDOW_SAMPLES = 512
 SAMPLE_RATE_KHZ = f"{SAMPLE_RATE / 1000:g}"
 """The rate as prose says it (`16` kHz)."""
 WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE
+WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
 CHANNELS = 1
 NO_SPEECH_TIMEOUT_MS = 10000
 """stop_on_silence gives up when nobody has spoken for this long (Node edition: 10 s)."""
@@ -50,6 +51,13 @@ END_REASONS = ("silence", "complete", "max_pause", "duration", "cancelled")
 """Why a turn ended: silence_ms of silence (end_of_turn silence, or smart with nothing to judge the
 words by); smart judged the words finished (complete) or held until max_pause_ms ran out; duration_ms;
 the caller cancelled."""
+END_SIGNALS = ("words", "voice", "words+voice", "silence", "unjudged")
+"""end_of_turn "smart": the signal that decided, beside end_reason (complete, max_pause, silence): the
+trailing word, the voice (Smart Turn), both; silence when none covers the language; unjudged when the
+pause was held to max_pause_ms before the words or the voice were in."""
+INTERRUPTED_BY = ("user", "stop_speaking", "cancel")
+"""Who cut a speech short (`interrupted: true`): the user talking over it (barge-in), stop_speaking, or a
+cancel (the call's, or the server shutting down)."""
 DEFAULT_WHISPER_MODEL = "ggml-base.en.bin"
 DEFAULT_LANGUAGE = "en"
 DEFAULT_LLM_MODEL = "llama3.2"
@@ -90,10 +98,8 @@ MIN_SPEED, MAX_SPEED, DEFAULT_SPEED = 0.5, 2.0, 1.0
 """speak_text's speed: 2.0 says it in half the time (Piper's length_scale is the voice's divided by it)."""
 BARGE_IN_BY_DEFAULT = True
 """Whether converse and speak_text (with wait true) let the user talk over the speech when the call does not
-say (MCP_LISTEN_BARGE_IN sets it for a user). On: in bench/barge.py's four rooms the agent's own voice stopped
-none of 160 turns and every user was caught, bench/barge_live.py passed every run, live and with a fresh
-server's first turn on two busy cores, and full test runs with it on stopped no speech but the users' own
-(bench/README.md). Without the echo canceller, or a microphone beside the speaker, the call falls back to
+say (MCP_LISTEN_BARGE_IN sets it for a user); on by what the bench measured (bench/README.md, "Barge-in's
+thresholds"). Without the echo canceller, or a microphone beside the speaker, the call falls back to
 speaking without listening and says so in its `warning`."""
 DEVICE_KINDS = ("input", "output", "all")
 """What list_audio_devices lists: microphones (the default, the Node edition's result), speakers, or both."""

@@ -107,6 +107,8 @@ class Transcribed:
     """Set (DIGITAL_SILENCE_WARNING) when the microphone delivered only zeros."""
     end_reason: str | None = None
     """Why the user's turn ended (limits.END_REASONS); None when nobody spoke before the no-speech timeout."""
+    end_signal: str | None = None
+    """end_of_turn "smart": the signal that decided (limits.END_SIGNALS); None otherwise."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,10 @@ class Spoken:
     """converse with barge_in only: what the user heard of the speech."""
     warning: str | None = None
     """speak_text with barge_in but no echo canceller: it played without listening."""
+    interrupted_by: str | None = None
+    """Who cut it short (limits.INTERRUPTED_BY); None when it played out."""
+    cut_in_ms: int | None = None
+    """The user cut in (barge-in): from the speech's first sound to their voice stopping it."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,8 @@ class DevicesResult(ToolResult):
 StoppedBy = Literal["silence", "ceiling", "no_speech_timeout"]
 EndReason = Literal[limits.END_REASONS]  # type: ignore[valid-type]
 """Why the user's turn ended: silence, complete, max_pause, duration or cancelled (docs/tools.md)."""
+EndSignal = Literal[limits.END_SIGNALS]  # type: ignore[valid-type]
+InterruptedBy = Literal[limits.INTERRUPTED_BY]  # type: ignore[valid-type]
 
 
 class CaptureResult(ToolResult):
@@ -250,6 +258,9 @@ class TranscribeResult(ToolResult):
     end_reason: Optional[EndReason] = None
     """Why the user's turn ended: silence, complete (end_of_turn smart judged the words finished), max_pause
     (smart held the pause until max_pause_ms), duration; absent when nobody spoke before the no-speech timeout."""
+    end_signal: Optional[EndSignal] = None
+    """end_of_turn smart only: which signal decided end_reason: words, voice, words+voice; silence when none
+    covers the language; unjudged when the pause was held before they were in."""
     message: Optional[str] = None
     warning: Optional[str] = None
 
@@ -261,6 +272,8 @@ class VoiceQueryResult(ToolResult):
     speech_detected: Optional[bool] = None
     stopped_by: Optional[StoppedBy] = None
     end_reason: Optional[EndReason] = None
+    """As transcribe_voice's, for the question."""
+    end_signal: Optional[EndSignal] = None
     """As transcribe_voice's, for the question."""
     message: Optional[str] = None
     warning: Optional[str] = None
@@ -278,6 +291,10 @@ class SpokenPart(ToolResult):
     played_ms: Optional[int] = None
     """Only with barge_in: how much of the speech the user heard before the speech stopped (all of it
     when nobody cut in); duration_ms is the same figure."""
+    interrupted_by: Optional[InterruptedBy] = None
+    """Only when interrupted: who cut it short (user, stop_speaking, cancel)."""
+    cut_in_ms: Optional[int] = None
+    """Only when the user cut in: from the speech's first sound to their voice stopping it."""
 
 
 class StopSpeakingResult(ToolResult):
@@ -313,6 +330,10 @@ class SpeakResult(ToolResult):
     interrupted: bool
     """True when the call was cancelled (or the server stopped), or with barge_in the user talked over it,
     before the speech was over."""
+    interrupted_by: Optional[InterruptedBy] = None
+    """Only when interrupted: who cut it short (user, stop_speaking, cancel)."""
+    cut_in_ms: Optional[int] = None
+    """Only when the user cut in: from the speech's first sound to their voice stopping it."""
     warning: Optional[str] = None
     """barge_in asked for but the echo canceller is missing: the speech played without listening."""
 
@@ -336,10 +357,12 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken |
         fields["language"] = result.language
         if result.text is None:
             fields.update(_silence(result))
-        return TranscribeResult(**fields, **_end_reason(result.end_reason), **_warning(result.warning)).public()
+        return TranscribeResult(
+            **fields, **_end_reason(result.end_reason, result.end_signal), **_warning(result.warning)
+        ).public()
     if isinstance(result, Answered):
         question = result.question
-        warning = {**_end_reason(question.end_reason), **_warning(question.warning)}
+        warning = {**_end_reason(question.end_reason, question.end_signal), **_warning(question.warning)}
         if question.text is None:
             return VoiceQueryResult(transcription=None, response=None, **_silence(question), **warning).public()
         answer: dict[str, Any] = dict(transcription=question.text, response=result.response, model=result.model)
@@ -367,14 +390,17 @@ def _captured(result: Captured) -> dict[str, Any]:
 
 
 def _spoken(spoken: Spoken) -> dict[str, Any]:
-    """Spoken's fields; `played_ms` and `warning` only when set (barge_in)."""
-    return {k: v for k, v in vars(spoken).items() if v is not None or k not in ("played_ms", "warning")}
+    """Spoken's fields; `played_ms`, `warning`, `interrupted_by` and `cut_in_ms` only when set."""
+    optional = ("played_ms", "warning", "interrupted_by", "cut_in_ms")
+    return {k: v for k, v in vars(spoken).items() if v is not None or k not in optional}
 
 
-def _end_reason(reason: str | None) -> dict[str, Any]:
+def _end_reason(reason: str | None, signal: str | None = None) -> dict[str, Any]:
     """`end_reason` only when there was a turn to end: after the no-speech timeout the result is the
-    Node edition's exactly."""
-    return {} if reason is None else {"end_reason": reason}
+    Node edition's exactly; `end_signal` beside it only when "smart" decided."""
+    if reason is None:
+        return {}
+    return {"end_reason": reason} if signal is None else {"end_reason": reason, "end_signal": signal}
 
 
 def _warning(warning: str | None) -> dict[str, Any]:

@@ -44,11 +44,13 @@ from mcp_listen.contract.results import (
     Stopped,
     Transcribed,
 )
+from mcp_listen.duplex.barge import BargeIn
+from mcp_listen.duplex.exchange import HalfDuplex
 from mcp_listen.engine import memory, speaking
-from mcp_listen.engine.barge import BargeIn
 from mcp_listen.engine.parts import (
     Asking,
     DeviceList,
+    Duplexing,
     Hearing,
     Microphones,
     Ollama,
@@ -61,7 +63,6 @@ from mcp_listen.engine.parts import (
     nobody,
 )
 from mcp_listen.engine.speaking import SpeechOutput, check_sayable, linked
-from mcp_listen.engine.turn import SpeechFirst
 from mcp_listen.errors import Cancelled, LLMError
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
@@ -88,6 +89,7 @@ class Engine:
         voices: Speaking | None = None,
         speakers: Speakers | None = None,
         others: OtherServers | None = None,
+        duplex: Duplexing | None = None,
     ) -> None:
         self.settings = settings
         self.recorder: Microphones = recorder or Recorder()
@@ -102,7 +104,9 @@ class Engine:
         """The other mcp-listen servers on this sound server, for the real microphone (audio/owner.py)."""
         self.shutdown = threading.Event()
         """Set on process shutdown: every recording in flight stops."""
-        self.speech = SpeechOutput(settings, self.recorder, self.devices, self.voices, self.speakers, self.shutdown)
+        self.speech = SpeechOutput(
+            settings, self.recorder, self.devices, self.voices, self.speakers, self.shutdown, duplex
+        )
 
     # ------------------------------------------------------------------ devices and status
 
@@ -194,13 +198,13 @@ class Engine:
         meter: Meter | None = None,
         phrases: PhraseWorker | None = None,
         on_speech: Callable[[], None] | None = None,
-        speech_first: SpeechFirst | None = None,
+        exchange: HalfDuplex | None = None,
     ) -> Heard:
         """Record per `plan` on the claimed microphone, one window at a time, until the listener
         says stop (the VAD decides, with stop_on_silence) or the ceiling is reached.
 
         `on_speech` runs once when speech is confirmed (voice tools load whisper then: the
-        model loads while the user talks, and never when nobody speaks). With `speech_first`
+        model loads while the user talks, and never when nobody speaks). With `exchange`
         (converse) the agent speaks into the open microphone first, and listening begins after.
         Another mcp-listen speaking on this sound server is waited for before the microphone opens,
         and held off until it closes (audio/owner.py): its voice is never the user's words.
@@ -212,22 +216,22 @@ class Engine:
         waiting = None if progress is None else (lambda note: progress(0, None, note))
         with (
             self.others(stop=stop, waiting=waiting),  # another server's speech is not the user's: waited for first
-            self.recorder.open(find, stop=stop, beside_speaker=speech_first is not None) as microphone,
+            self.recorder.open(find, stop=stop, beside_speaker=exchange is not None) as microphone,
         ):
             claim.device = name = microphone.device.name
 
             def listening() -> None:
                 claim.device, claim.speaking = name, False
                 if progress:
-                    cut_in = speech_first.cut_in_after_s if speech_first is not None else None
+                    cut_in = exchange.cut_in_after_s if exchange is not None else None
                     said = "" if cut_in is None else f"The user spoke over the speech {cut_in:.1f} s in: it stopped. "
                     progress(0, plan.max_ms, f"{said}Listening on {name} (up to {plan.max_ms / 1000:g} s)")
 
-            if speech_first is None:
+            if exchange is None:
                 listening()
                 windows: Iterator[Any] = iter(microphone)
             else:
-                windows = speech_first.windows(microphone, listening)
+                windows = exchange.windows(microphone, listening)
             for window in windows:
                 if tape.add(window):  # wholly under the ceiling: heard
                     reason = listener.on_window(window)
@@ -296,7 +300,9 @@ class Engine:
         stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
         speech = bool(heard.speech_detected)
         language = worker.language
-        return Transcribed(text, heard.duration_ms, language, speech, stopped_by, heard.warning, heard.end_reason)
+        return Transcribed(
+            text, heard.duration_ms, language, speech, stopped_by, heard.warning, heard.end_reason, heard.end_signal
+        )
 
     def transcribe_voice(
         self, args: TranscribeArgs, *, stop: threading.Event | None = None, progress: Progress | None = None
@@ -359,8 +365,8 @@ class Engine:
         """Say `args.text`, then hear the user's answer, in one claim of the sound devices.
 
         Everything is checked before anything opens: the voice, the output device, the whisper
-        model and language. The microphone opens first and hears the speech through; the turn
-        (engine/turn.py) drops what it heard while the agent spoke, so the answer is the user's.
+        model and language. The microphone opens first and hears the speech through; the exchange
+        (duplex/exchange.py) drops what it heard while the agent spoke, so the answer is the user's.
         """
         received = time.monotonic() if received is None else received
         check_sayable(args.text)
@@ -371,7 +377,7 @@ class Engine:
         session, worker = self._whisper_for(args, cancel)
         playback = self.speech.playback(voice, output.index, cancel, self.recorder.portaudio.shared)
         barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
-        turn, warning = self.speech.turn(playback, args.text, args.speed, barge_in)
+        exchange, warning = self.speech.exchange(playback, args.text, args.speed, barge_in)
         self.speech.after_a_stop()
         try:
             with self.recorder.claimed("converse", stop=cancel) as claim, self.speech.now.during(playback):
@@ -379,18 +385,18 @@ class Engine:
                 if progress:
                     progress(0, None, f"Speaking on {output.name}")
                 heard = self._listen(
-                    plan, claim, cancel, progress, phrases=worker, on_speech=session.preload, speech_first=turn
+                    plan, claim, cancel, progress, phrases=worker, on_speech=session.preload, exchange=exchange
                 )
         except BaseException:
             worker.abandon()
             raise
         finally:
-            turn.close()
+            exchange.close()
         words = self._words_of(heard, worker, plan, progress)
         warning = speaking.joined(warning, playback.warning)
         if warning is not None:
             words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")
-        spoken = speaking.spoken(voice.name, playback.played, received)
-        if not isinstance(turn, BargeIn):
-            return Conversed(words, spoken, turn.listening_after_s)
-        return Conversed(words, replace(spoken, played_ms=spoken.duration_ms), None, turn.cut_in_after_s)
+        spoken = speaking.spoken(playback, exchange, received)
+        if not isinstance(exchange, BargeIn):
+            return Conversed(words, spoken, exchange.listening_after_s)
+        return Conversed(words, replace(spoken, played_ms=spoken.duration_ms), None, exchange.cut_in_after_s)

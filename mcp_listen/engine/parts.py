@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_listen.config import Settings
 from mcp_listen.contract.results import Cancel
+from mcp_listen.duplex import echo
+from mcp_listen.duplex.barge import BargeIn
+from mcp_listen.duplex.config import DEFAULT, BargeInConfig
 from mcp_listen.errors import TranscriptionError
 from mcp_listen.whisper.threads import ThreadPolicy
 
@@ -24,9 +27,33 @@ if TYPE_CHECKING:
     from mcp_listen.audio.microphone import Claim
     from mcp_listen.audio.portaudio_lock import PortAudioLock, StreamLock
     from mcp_listen.audio.speaker import Speaker
+    from mcp_listen.duplex.exchange import Speech
+    from mcp_listen.speech.listener import VoiceDetector
     from mcp_listen.voice.check import VoiceInfo
 
 log = logging.getLogger(__name__)
+
+
+class Duplexing(Protocol):
+    """Speaking while listening (duplex.Duplex): whether its echo canceller is installed, and a barge-in exchange."""
+
+    def available(self) -> bool: ...
+
+    def barge_in(self, playback: Speech, text: str, speed: float, vad: VoiceDetector) -> BargeIn: ...
+
+
+class Duplex:
+    """The real barge-in: WebRTC's AEC3 (the `speak` extra) and the exchange with `config`'s thresholds."""
+
+    def __init__(self, config: BargeInConfig = DEFAULT) -> None:
+        self.config = config
+
+    def available(self) -> bool:
+        return echo.available()
+
+    def barge_in(self, playback: Speech, text: str, speed: float, vad: VoiceDetector) -> BargeIn:
+        """The exchange; raises ImportError, OSError or RuntimeError when the canceller's library fails to start."""
+        return BargeIn(playback, text, speed, vad, config=self.config)
 
 
 class WindowSource(Protocol):

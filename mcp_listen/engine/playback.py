@@ -1,6 +1,6 @@
 """One speech's playing: Piper's sentences fed to the speaker as they come, in the caller's thread
 (speak_text, wait: true) or a thread of its own (`start`): speak_text with wait: false, which holds
-the device until the speech ends, and converse, which listens meanwhile (engine/turn.py).
+the device until the speech ends, and converse, which listens meanwhile (duplex/exchange.py).
 
 Synthesis runs in a thread of its own ("mcp-listen-synth") while the speaker's writer thread plays
 what came before: the first, short piece (voice/pieces.py) sounds while the next sentence is being
@@ -54,6 +54,7 @@ class Playback:
         self.voice = voice
         self._device = device_index
         self._halt = threading.Event()
+        self._halted_by: str | None = None
         self._cancel = AnyOf(cancel, self._halt)
         self._speaker: Speaker | None = None
         self.ended = threading.Event()
@@ -104,18 +105,29 @@ class Playback:
         threading.Thread(target=play, name="mcp-listen-speak", daemon=True).start()
 
     def stop(self, wait_s: float) -> None:
-        """Stop the speech now (the call it belongs to is over) and wait, bounded, until it let go."""
-        self.halt()
+        """Stop the speech now (the call it belongs to is over, or the user cut in: the exchange says which) and
+        wait, bounded, until it let go."""
+        self.halt("cancel")
         self.ended.wait(wait_s)
 
-    def halt(self) -> None:
+    def halt(self, by: str = "stop_speaking") -> None:
         """Stop the speech without waiting (stop_speaking marks it so at once; `ended` says when it let go)."""
+        if self._halted_by is None:
+            self._halted_by = by
         self._halt.set()
 
     @property
     def halted(self) -> bool:
         """Whether someone stopped it (stop_speaking, or the call it belongs to ending early)."""
         return self._halt.is_set()
+
+    @property
+    def interrupted_by(self) -> str | None:
+        """Who stopped it first (limits.INTERRUPTED_BY: stop_speaking, or cancel: the call over early or
+        cancelled, the server shutting down); None while nobody did."""
+        if self._halted_by is not None:
+            return self._halted_by
+        return "cancel" if self._cancel.is_set() else None
 
     def in_background(self, text: str, speed: float, release: Callable[[], None]) -> float | None:
         """Play in a thread of its own, which calls `release` (the device claim) when done; return

@@ -16,21 +16,22 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_listen.audio import echo, wavfile
+from mcp_listen.audio import wavfile
 from mcp_listen.audio.speaker import STALL_S
 from mcp_listen.contract.arguments import SpeakArgs
 from mcp_listen.contract.limits import DEFAULT_SPEED
 from mcp_listen.contract.results import AnyOf, Cancel, Spoken, Stopped
-from mcp_listen.engine.barge import BargeIn
+from mcp_listen.duplex import echo
+from mcp_listen.duplex.barge import BargeIn
+from mcp_listen.duplex.exchange import HalfDuplex
+from mcp_listen.engine.parts import Duplex, Duplexing
 from mcp_listen.engine.playback import Playback
-from mcp_listen.engine.turn import SpeechFirst
 from mcp_listen.errors import Cancelled, CaptureError, InvalidArgument
 from mcp_listen.speech.listener import VoiceDetector
 from mcp_listen.speech.vad import SileroVAD
 from mcp_listen.voice.readable import readable
 
 if TYPE_CHECKING:
-    from mcp_listen.audio.speaker import Played
     from mcp_listen.config import Settings
     from mcp_listen.engine.parts import DeviceList, Microphones, Speakers, Speaking
     from mcp_listen.voice.check import VoiceInfo
@@ -96,7 +97,7 @@ class NowPlaying:
             playback = self._playback
             if playback is None or playback.ended.is_set() or playback.halted:
                 return None
-            playback.halt()
+            playback.halt("stop_speaking")
             return playback
 
 
@@ -111,6 +112,7 @@ class SpeechOutput:
         voices: Speaking,
         speakers: Speakers,
         shutdown: threading.Event,
+        duplex: Duplexing | None = None,
     ) -> None:
         self.settings = settings
         self.recorder = recorder
@@ -118,11 +120,12 @@ class SpeechOutput:
         self.voices = voices
         self.speakers = speakers
         self.shutdown = shutdown
+        self.duplex: Duplexing = duplex or Duplex()
         self.now = NowPlaying()
         self._onset_vad: VoiceDetector | None = None
+        """Barge-in's own Silero session (the listener's keeps its state for the listener), made on first use."""
         self._halted: tuple[Playback, Any] | None = None
         """The speech stop_speaking stopped last and its call's device claim: a speaking call waits for both."""
-        """Barge-in's own Silero session (the listener's keeps its state for the listener), made on first use."""
 
     def speak(self, args: SpeakArgs, *, stop: threading.Event | None = None, received: float | None = None) -> Spoken:
         """Say `args.text` on the output device; `received` is when the call arrived (time.monotonic()).
@@ -143,7 +146,7 @@ class SpeechOutput:
         device = self.devices.resolve_output(args.device)
         cancel = linked(stop, self.shutdown)
         self.after_a_stop()
-        if barge_in and echo.available():
+        if barge_in and self.duplex.available():
             return self._speak_until_the_user_talks(args, voice, device, cancel, received)
         warning = echo.ECHO_UNAVAILABLE_SPEAK if barge_in else None
         claim = self.recorder.claim("speak_text", stop=cancel)
@@ -157,9 +160,9 @@ class SpeechOutput:
         finally:
             self.recorder.release(claim)
         first = ms_between(received, played.first_audio_at)
-        return Spoken(
-            voice.name, played.duration_ms, first, played.interrupted, warning=joined(warning, playback.warning)
-        )
+        by, _ = ended_by(playback, None, played.interrupted)
+        warning = joined(warning, playback.warning)
+        return Spoken(voice.name, played.duration_ms, first, played.interrupted, warning=warning, interrupted_by=by)
 
     def _speak_in_background(self, playback: Playback, args: SpeakArgs, claim: Any, received: float) -> Spoken:
         """speak_text with wait false: returns once the first sound plays; the claim and the
@@ -182,12 +185,12 @@ class SpeechOutput:
     def _speak_until_the_user_talks(
         self, args: SpeakArgs, voice: VoiceInfo, device: Any, cancel: Cancel, received: float
     ) -> Spoken:
-        """speak_text with barge_in: the speech plays into the open default microphone (engine/barge.py)
+        """speak_text with barge_in: the speech plays into the open default microphone (duplex/barge.py)
         and the call returns as soon as the user talks over it, or once it played out. Without a
         microphone beside the speaker, or a canceller that starts, it plays without listening and says so."""
         speed = speed_of(args.speed)
         playback = self.playback(voice, device.index, cancel, self.recorder.portaudio.shared)
-        turn: BargeIn | None = None
+        exchange: BargeIn | None = None
         warning = None
         try:
             with (
@@ -197,33 +200,42 @@ class SpeechOutput:
             ):
                 claim.device, claim.speaking = device.name, True
                 microphone, warning = self._microphone_beside_the_speaker(on, cancel)
-                turn, failed = (None, None) if microphone is None else self.barge_turn(playback, args.text, speed)
-                if turn is None:
+                exchange, failed = (
+                    (None, None) if microphone is None else self.barge_in_exchange(playback, args.text, speed)
+                )
+                if exchange is None:
                     warning = warning or CANCELLER_FAILED_SPEAK.format(reason=failed)
                     playback.run(args.text, speed)
                 else:
-                    warning = self._listen_while_speaking(turn, microphone, playback, on)
+                    warning = self._listen_while_speaking(exchange, microphone, playback, on)
         except Cancelled:
             pass  # as without barge_in: a cancelled speech is an interrupted one
         finally:
-            if turn is not None:
-                turn.close()
+            if exchange is not None:
+                exchange.close()
         if playback.error is not None:
             raise playback.error
         played = playback.played
         warning = joined(warning, playback.warning)
         if played is None:
-            return Spoken(voice.name, 0, None, interrupted=True, warning=warning)
+            by, _ = ended_by(playback, exchange, True)
+            return Spoken(voice.name, 0, None, interrupted=True, warning=warning, interrupted_by=by)
         first = ms_between(received, played.first_audio_at)
-        cut_in = turn is not None and turn.barged_at is not None
-        return Spoken(voice.name, played.duration_ms, first, played.interrupted or cut_in, warning=warning)
+        cut_in = exchange is not None and exchange.barged_at is not None
+        interrupted = played.interrupted or cut_in
+        by, at = ended_by(playback, exchange, interrupted)
+        return Spoken(
+            voice.name, played.duration_ms, first, interrupted, warning=warning, interrupted_by=by, cut_in_ms=at
+        )
 
-    def _listen_while_speaking(self, turn: BargeIn, microphone: Any, playback: Playback, on: ExitStack) -> str | None:
+    def _listen_while_speaking(
+        self, exchange: BargeIn, microphone: Any, playback: Playback, on: ExitStack
+    ) -> str | None:
         """Until the user cuts in or the speech ends. A microphone lost meanwhile leaves the speech to play
         on, unheard, and the warning says so; a speaker lost with it (one sound server) then ends the call
         as it would without barge_in (its error says played_ms)."""
         try:
-            next(turn.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
+            next(exchange.windows(microphone, lambda: None), None)  # the user cut in, or the speech ended
             return None
         except CaptureError as exc:
             log.warning("barge-in: the microphone was lost mid-speech (%s): the speech plays on unheard", exc.code)
@@ -308,21 +320,21 @@ class SpeechOutput:
             raise Cancelled("The speech was cancelled.")
         return out.write(_joined(pieces), voice.sample_rate)
 
-    def turn(
+    def exchange(
         self, playback: Playback, text: str, speed: float | None, barge_in: bool
-    ) -> tuple[SpeechFirst, str | None]:
-        """The turn converse takes: half-duplex, or with barge-in when it is asked for and the echo
-        canceller is there; without it, half-duplex and a warning, never a turn that hears the
+    ) -> tuple[HalfDuplex, str | None]:
+        """The exchange converse takes: half-duplex, or with barge-in when it is asked for and the echo
+        canceller is there; without it, half-duplex and a warning, never an exchange that hears the
         agent's voice as the user's."""
         if not barge_in:
-            return SpeechFirst(playback, text, speed_of(speed)), None
-        if not echo.available():
+            return HalfDuplex(playback, text, speed_of(speed)), None
+        if not self.duplex.available():
             log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
-            return SpeechFirst(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
-        turn, failed = self.barge_turn(playback, text, speed_of(speed))
-        if turn is None:
-            return SpeechFirst(playback, text, speed_of(speed)), CANCELLER_FAILED.format(reason=failed)
-        return turn, None
+            return HalfDuplex(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
+        exchange, failed = self.barge_in_exchange(playback, text, speed_of(speed))
+        if exchange is None:
+            return HalfDuplex(playback, text, speed_of(speed)), CANCELLER_FAILED.format(reason=failed)
+        return exchange, None
 
     def barge_in(self, asked: bool | None, wait: bool | None = True) -> bool:
         """Whether a call listens while it speaks: as asked, else the configured default (MCP_LISTEN_BARGE_IN),
@@ -332,11 +344,11 @@ class SpeechOutput:
             return asked
         return self.settings.defaults.barge_in and wait is not False
 
-    def barge_turn(self, playback: Playback, text: str, speed: float) -> tuple[BargeIn | None, str | None]:
-        """The barge-in turn, or None and why when its echo canceller (a native library) or its onset
+    def barge_in_exchange(self, playback: Playback, text: str, speed: float) -> tuple[BargeIn | None, str | None]:
+        """The barge-in exchange, or None and why when its echo canceller (a native library) or its onset
         detector fails to start: a broken install must not fail every call while barge-in is on by default."""
         try:
-            return BargeIn(playback, text, speed, self.onset_detector()), None
+            return self.duplex.barge_in(playback, text, speed, self.onset_detector()), None
         except (ImportError, OSError, RuntimeError) as exc:
             log.warning(
                 "barge-in's echo canceller failed to start (%s): speaking without listening", type(exc).__name__
@@ -350,12 +362,24 @@ class SpeechOutput:
         return self._onset_vad
 
 
-def spoken(voice: str, played: Played | None, received: float) -> Spoken:
+def spoken(playback: Playback, exchange: HalfDuplex, received: float) -> Spoken:
     """What converse said: listening began once its speech ended, so `played` is there but for a
     speech that never reached a device (nothing to say after cleaning the text)."""
+    voice, played = playback.voice.name, playback.played
     if played is None:
         return Spoken(voice, 0, None, interrupted=False)
-    return Spoken(voice, played.duration_ms, ms_between(received, played.first_audio_at), played.interrupted)
+    by, at = ended_by(playback, exchange, played.interrupted)
+    first = ms_between(received, played.first_audio_at)
+    return Spoken(voice, played.duration_ms, first, played.interrupted, interrupted_by=by, cut_in_ms=at)
+
+
+def ended_by(playback: Playback, exchange: HalfDuplex | None, interrupted: bool) -> tuple[str | None, int | None]:
+    """Who cut the speech short (limits.INTERRUPTED_BY; None when it played out), and when the user cut in
+    (ms after its first sound; None when they did not)."""
+    cut = exchange.cut_in if isinstance(exchange, BargeIn) else None
+    if cut is not None:
+        return "user", cut.after_ms
+    return (playback.interrupted_by if interrupted else None), None
 
 
 def joined(*warnings: str | None) -> str | None:

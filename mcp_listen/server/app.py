@@ -213,10 +213,13 @@ TOOLS = [
             "given), then listen for the user's answer and return it transcribed on this machine (whisper.cpp, "
             "model {whisper_model}), exactly as transcribe_voice does: `transcription`, `speech_detected`, "
             "`stopped_by`, plus `spoken` (what was said: `voice`, `duration_ms`, `first_audio_ms`, "
-            "`interrupted`). The microphone never takes your own voice for the user's: what it hears while you "
-            "speak, and until the sound has left the speaker, is dropped; listening starts right after. Keep "
-            "`text` short (a sentence or two) and end it so the user knows it is their turn. `device` is the "
-            "microphone, `output_device` the speaker. Nothing leaves the machine; no audio file is kept."
+            "`interrupted`). The microphone never takes your own voice for the user's. With barge_in (default "
+            "{barge_in}) it listens while you speak, your voice taken out: when the user talks over you the "
+            "speech stops, `transcription` is what they said from their first word, and `spoken` has "
+            '`interrupted_by: "user"` and `cut_in_ms`. With barge_in false what it hears while you speak, and '
+            "until the sound has left the speaker, is dropped; listening starts right after. Keep `text` short (a "
+            "sentence or two) and end it so the user knows it is their turn. `device` is the microphone, "
+            "`output_device` the speaker. Nothing leaves the machine; no audio file is kept."
         ),
         args=arguments.ConverseArgs,
         result=results.ConverseResult,

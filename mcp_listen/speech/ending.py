@@ -1,4 +1,5 @@
-"""How long the current pause must last to end the turn, and why the turn ended (the result's end_reason).
+"""How long the current pause must last to end the user's turn, why the turn ended (the result's
+end_reason and end_signal), and end_of_turn "smart"'s thresholds (`EndOfTurnConfig`).
 
 end_of_turn "silence" ends a turn after silence_ms of silence, always. "smart" asks, in each pause,
 whether the words it follows are finished (the listener hands over a `Verdict`): finished, the pause
@@ -6,17 +7,61 @@ ends at silence_ms (end_reason "complete"); unfinished or not yet judged, it is 
 max_pause_ms after the last word, then the turn ends anyway ("max_pause"). Where no signal covers
 the language heard, the verdict says so (`by` "silence") and the plain silence rule applies
 ("silence"). Both pauses are counted by the endpointer from the same point (speech/endpoint.py), so
-max_pause_ms is comparable with silence_ms. Pure: no audio, no numpy.
+max_pause_ms is comparable with silence_ms. How the turn ended is a `TurnEnd` record, logged once at
+DEBUG. Pure: no audio, no numpy.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mcp_listen.errors import InvalidArgument
 
 NO_SIGNAL = "silence"
 """A verdict's `by` when no signal covers the language: smart then ends the turn as silence does."""
+UNJUDGED = "unjudged"
+"""The end_signal of a pause held to max_pause_ms before the words (or the voice) were in."""
+
+
+@dataclass(frozen=True)
+class EndOfTurnConfig:
+    """end_of_turn "smart"'s thresholds (the measurements behind them: bench/README.md, "Smart end of turn")."""
+
+    voice_threshold: float = 0.5
+    """The audio model's probability of a finished turn from which it ends the turn."""
+    pause_heard_ms: tuple[int, ...] = (0, 100, 200, 300)
+    """The model hears the speech with each of these ms of the pause after it; the least sure answer counts
+    (its answer swings with where the audio ends)."""
+    ask_after_ms: int = 100
+    """No answer is asked before the pause has lasted this long: a breath between words ends sooner."""
+    answers_per_s: float = 1.0
+    """The most answers worked out per second of audio, on average (each costs ~90 ms of CPU)."""
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.voice_threshold <= 1.0):
+            raise ValueError(
+                f"EndOfTurnConfig.voice_threshold: expected a number in (0, 1]; got {self.voice_threshold!r}."
+            )
+        if not self.pause_heard_ms or any(ms < 0 for ms in self.pause_heard_ms):
+            raise ValueError(
+                f"EndOfTurnConfig.pause_heard_ms: expected ms >= 0, at least one; got {self.pause_heard_ms!r}."
+            )
+        if self.ask_after_ms < 0:
+            raise ValueError(f"EndOfTurnConfig.ask_after_ms: expected ms >= 0; got {self.ask_after_ms!r}.")
+        if not (math.isfinite(self.answers_per_s) and self.answers_per_s > 0):
+            raise ValueError(
+                f"EndOfTurnConfig.answers_per_s: expected a finite number > 0; got {self.answers_per_s!r}."
+            )
+
+    @property
+    def answers_at_once(self) -> int:
+        """The answer budget saved up: one whole pause's, so a turn after a second of speech has them at once."""
+        return len(self.pause_heard_ms)
+
+
+SMART = EndOfTurnConfig()
+"""The product's end_of_turn "smart"."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +113,14 @@ class TurnEnding:
             return "silence"
         return "max_pause" if self.holds else "complete"
 
+    def signal(self, stopped_by: str | None) -> str | None:
+        """The result's end_signal, which joins end_reason under "smart": the signal that decided ("words",
+        "voice", "words+voice"; NO_SIGNAL when none covers the language; UNJUDGED when the pause was held
+        to max_pause_ms before they were in). None otherwise: end_reason says it all."""
+        if not self.smart or self.reason(stopped_by) not in ("complete", "max_pause", "silence"):
+            return None
+        return UNJUDGED if self.verdict is None else self.verdict.by
+
     def describe(self, stopped_by: str | None) -> str:
         """How the recording stopped, for the "Recording finished" progress: the endpointer's reason,
         then (smart) the end_reason and the signal that decided: "silence; complete by words"."""
@@ -90,3 +143,37 @@ def max_pause_ms(asked: int | None, default: int, silence_ms: int) -> int:
             f"turn; got {asked} (integer)."
         )
     return asked
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How the user's turn ended, logged once at DEBUG: never the words, at most the class of the last one."""
+
+    stopped_by: str | None
+    """The endpointer's reason ("silence", "ceiling", "no_speech_timeout")."""
+    end_reason: str | None
+    end_signal: str | None
+    words: str | None
+    """What the last word says of the pause ("open", "unfinished"); None when not in, or unknown words."""
+    voice: float | None
+    """The least sure of the audio model's answers the verdict used (None: not in; NaN: no model)."""
+    answers: tuple[float, ...]
+    """Every answer the audio model gave for the last pause."""
+    pause_ms: float
+    """The pause when the turn ended."""
+    target_ms: float
+    """The pause that had to be reached then: silence_ms, or max_pause_ms while smart held it."""
+
+    def fields(self) -> str:
+        """The record as `key=value` pairs, for the log."""
+        numbers = {
+            "stopped_by": self.stopped_by,
+            "end_reason": self.end_reason,
+            "end_signal": self.end_signal,
+            "words": self.words,
+            "voice": None if self.voice is None else round(self.voice, 3),
+            "answers": ",".join(f"{a:.3f}" for a in self.answers) or None,
+            "pause_ms": round(self.pause_ms),
+            "target_ms": round(self.target_ms),
+        }
+        return " ".join(f"{key}={value}" for key, value in numbers.items())

@@ -189,9 +189,6 @@ class Endpointer:
 
     def __init__(self, config: EndpointConfig | None = None) -> None:
         self.config = config or EndpointConfig()
-        self.silence_target_ms: float = self.config.silence_ms
-        """The silence that ends this pause: silence_ms, or longer while the words so far sound
-        unfinished (the listener sets it, end_of_turn "smart")."""
         self.windows = 0
         """Windows fed so far."""
         self.speech_detected = False
@@ -222,11 +219,12 @@ class Endpointer:
         """Length of the silence run currently counting toward a stop (0 when none)."""
         return self._silence_run * self.config.window_ms
 
-    def feed(self, probability: float, level_db: float | None = None) -> str | None:
+    def feed(self, probability: float, level_db: float | None = None, silence_ms: float | None = None) -> str | None:
         """Account for one more window; return "silence", "ceiling", "no_speech_timeout" or None.
 
         `level_db` is the window's mean power in dBFS; without it the stop is timed by the
-        probability alone (Silero's decay included).
+        probability alone (Silero's decay included). `silence_ms` is the silence that ends the pause
+        in progress when the end of turn holds it longer than the config's (end_of_turn "smart").
         """
         if self.stop_reason is not None:
             raise RuntimeError("This Endpointer already stopped; start a new one for the next recording.")
@@ -244,7 +242,7 @@ class Endpointer:
             self._track_onset(index, probability, level)
         if level is not None:
             self._track_level(probability, level)
-        self.stop_reason = self._stop_reason()
+        self.stop_reason = self._stop_reason(self.config.silence_ms if silence_ms is None else silence_ms)
         return self.stop_reason
 
     def needs_vad(self, level_db: float) -> bool:
@@ -330,8 +328,8 @@ class Endpointer:
         once ROOM_WINDOWS of them were sound (digital silence, as a virtual microphone delivers
         before the room, is not the room; and at the very start of a recording the few windows
         Silero has not yet scored high may be the first word). None until then."""
-        heard = [level for level in self._floor_levels if level > SILENT_DB]
-        return median(heard) if len(heard) >= ROOM_WINDOWS else None
+        sounding = [level for level in self._floor_levels if level > SILENT_DB]
+        return median(sounding) if len(sounding) >= ROOM_WINDOWS else None
 
     def _below_onset(self, level: float | None) -> bool:
         """Whether a window is too close to the room's level to be onset evidence."""
@@ -346,9 +344,9 @@ class Endpointer:
         recent = self._recent_levels
         return level is not None and len(recent) > 0 and level < min(recent) + self.config.resume_above_quiet_db
 
-    def _stop_reason(self) -> str | None:
+    def _stop_reason(self, silence_ms: float) -> str | None:
         config = self.config
-        if self.speech_detected and self._silence_run * config.window_ms >= self.silence_target_ms:
+        if self.speech_detected and self._silence_run * config.window_ms >= silence_ms:
             return SILENCE
         if self.elapsed_ms >= config.max_ms:
             return CEILING

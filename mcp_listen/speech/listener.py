@@ -8,7 +8,6 @@ a fake VAD (tests/test_listening_unit.py). numpy is imported on first use only.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,10 +19,8 @@ from mcp_listen.contract.limits import (
     CAPTURE_DURATION_MS,
     DEFAULT_END_OF_TURN,
     DEFAULT_MAX_PAUSE_MS,
-    HOLDING_MESSAGE,
     LISTEN_DURATION_MS,
     NO_SPEECH_TIMEOUT_MS,
-    RESUMED_MESSAGE,
     SAMPLE_RATE,
     WINDOW_MS,
     Defaults,
@@ -31,11 +28,10 @@ from mcp_listen.contract.limits import (
 )
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.contract.results import DIGITAL_SILENCE_PROGRESS, DIGITAL_SILENCE_WARNING
-from mcp_listen.speech.ending import TurnEnding, max_pause_ms
+from mcp_listen.speech.ending import SMART, EndOfTurnConfig, TurnEnd, TurnEnding, max_pause_ms
 from mcp_listen.speech.endpoint import SPEECH_THRESHOLD, EndpointConfig, Endpointer
+from mcp_listen.speech.pause import PauseJudge, Voice
 from mcp_listen.speech.phrases import PhraseCutter
-from mcp_listen.speech.smart_turn import ASK_AFTER_MS, HEARD_SAMPLES, PAUSE_HEARD_MS, VoiceAtPause
-from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
 from mcp_listen.speech.vad import shared_vad
 
 if TYPE_CHECKING:
@@ -91,10 +87,9 @@ class EndpointDecider(Protocol):
 
     def needs_vad(self, level_db: float) -> bool: ...
 
-    def feed(self, probability: float, level_db: float | None = None) -> str | None: ...
-
-    silence_target_ms: float
-    """The silence that ends the current pause (the listener sets it before each feed)."""
+    def feed(
+        self, probability: float, level_db: float | None = None, silence_ms: float | None = None
+    ) -> str | None: ...
 
 
 class PhraseSink(Protocol):
@@ -163,6 +158,8 @@ class Heard:
     """Why the result should not be trusted as "nobody spoke": a dead microphone (digital silence)."""
     end_reason: str | None = None
     """Why the turn ended (contract.limits.END_REASONS), None when nobody spoke before the no-speech timeout."""
+    end_signal: str | None = None
+    """end_of_turn "smart": the signal that decided (contract.limits.END_SIGNALS); None otherwise."""
 
     @property
     def duration_ms(self) -> int:
@@ -237,7 +234,8 @@ class Listener:
         *,
         vad: VoiceDetector | None = None,
         endpointer: EndpointDecider | None = None,
-        voice: VoiceAtPause | None = None,
+        voice: Voice | None = None,
+        end_of_turn: EndOfTurnConfig = SMART,
     ) -> None:
         self.plan = plan
         self.on_speech = on_speech
@@ -256,7 +254,7 @@ class Listener:
         """The transcript so far as last reported."""
         self._zero_windows = 0
         """Windows of only zeros since the stream opened, until the first sound."""
-        self._sound_heard = False
+        self._sound_arrived = False
         self._cutter = PhraseCutter() if phrases is not None else None
         self._language_marks = {round(ms / WINDOW_MS) for ms in LANGUAGE_AFTER_MS}
         """Windows after the onset at which the language is detected."""
@@ -267,10 +265,10 @@ class Listener:
             self.vad.reset()
             self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
             self.speech_detected = False
-        self.ending = TurnEnding(plan.end_of_turn, endpoint_config(plan).silence_ms, plan.max_pause_ms)
-        self.voice = voice if voice is not None else VoiceAtPause(VOICE_THRESHOLD) if self.ending.smart else None
-        self._held = False
-        """The holding message was reported for the pause in progress."""
+        ending = TurnEnding(plan.end_of_turn, endpoint_config(plan).silence_ms, plan.max_pause_ms)
+        self.pause = PauseJudge(ending, voice, end_of_turn)
+        self._target_ms: float = ending.silence_ms
+        """The pause that ends the turn, as last fed to the endpointer."""
 
     def on_window(self, window: np.ndarray) -> str | None:
         self.windows += 1
@@ -280,11 +278,13 @@ class Listener:
         vad, endpointer = self.vad, self.endpointer
         if vad is not None and endpointer is not None:
             probability, level = vad.hear(window, run=endpointer.needs_vad(level_db(window)))
-            endpointer.silence_target_ms = self._turn_silence_ms()
-            reason = endpointer.feed(probability, level)
+            self._target_ms = self._turn_silence_ms()
+            reason = endpointer.feed(probability, level, self._target_ms)
             speaking = endpointer.speech_detected and probability >= SPEECH_THRESHOLD
             self._note_events(endpointer)
-            self._note_hold(endpointer, reason)
+            held = self.pause.hold_message(endpointer.silence_ms, reason)
+            if held is not None and self.progress:
+                self.progress(self.elapsed_ms, self.plan.max_ms, held)
             if self._cutter is not None and self.phrases is not None:
                 self._keep(window, probability, endpointer, self._cutter, self.phrases)
                 self._detect_language(endpointer, self.phrases)
@@ -298,24 +298,10 @@ class Listener:
 
     def _turn_silence_ms(self) -> float:
         """The pause that ends the turn now: silence_ms, or ("smart") up to max_pause_ms until turns.judge says."""
-        if self.plan.end_of_turn != "smart" or self.phrases is None or self.speech_end_frame is None:
-            return self.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
+        if not self.pause.ending.smart or self.phrases is None or self.speech_end_frame is None:
+            return self.pause.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
-        heard, voice = self.voice.answer(self.speech_end_frame) if self.voice else (True, None)
-        verdict = None if words is None else judge(words, self.phrases.language, voice, heard=heard)
-        return self.ending.silence_for(verdict)
-
-    def _note_hold(self, endpointer: EndpointDecider, reason: str | None) -> None:
-        """Say once per pause when smart holds the turn past silence_ms (also in the window that ends it, when
-        the words were judged only then: a busy machine), and when speech ends the hold (the CLI shows it)."""
-        message = None
-        if endpointer.silence_ms <= 0:
-            message = RESUMED_MESSAGE if self._held else None
-            self._held = False
-        elif not self._held and reason in (None, "silence") and self.ending.holding(endpointer.silence_ms):
-            self._held, message = True, HOLDING_MESSAGE
-        if message is not None and self.progress:
-            self.progress(self.elapsed_ms, self.plan.max_ms, message)
+        return self.pause.target_ms(words, self.phrases.language, self.speech_end_frame)
 
     def _words_at_pause(self, phrases: PhraseSink, speech_end: int) -> str | None:
         """The words this pause follows, None until in: the guess for the speech since the last cut, or the
@@ -335,10 +321,10 @@ class Listener:
 
     def _check_for_sound(self, window: np.ndarray) -> None:
         """Count the zeros a dead microphone delivers, and say so as soon as a second of them is in."""
-        if self._sound_heard:
+        if self._sound_arrived:
             return
         if window.any():
-            self._sound_heard = True
+            self._sound_arrived = True
             return
         self._zero_windows += 1
         if self._zero_windows == self.DEAD_AFTER_WINDOWS and self.progress:
@@ -347,7 +333,7 @@ class Listener:
     @property
     def dead_microphone(self) -> bool:
         """Every sample so far was zero, for at least the first second: no sound ever arrived."""
-        return not self._sound_heard and self._zero_windows >= self.DEAD_AFTER_WINDOWS
+        return not self._sound_arrived and self._zero_windows >= self.DEAD_AFTER_WINDOWS
 
     @property
     def elapsed_ms(self) -> int:
@@ -388,7 +374,8 @@ class Listener:
             phrases.submit(self._audio(start * WINDOW, end * WINDOW))
             self.phrase_start_frame = end * WINDOW
         self._speculate(endpointer, phrases)
-        self._ask_the_voice(endpointer)
+        recorded = (self._kept_from + len(self._kept)) * WINDOW
+        self.pause.ask_the_voice(self.speech_end_frame, endpointer.silence_ms, recorded, self._audio_from)
         self._let_go()
 
     @property
@@ -428,21 +415,9 @@ class Listener:
             self._speculated = key
             phrases.speculate(self._audio(*key), key)
 
-    def _ask_the_voice(self, endpointer: EndpointDecider) -> None:
-        """In a pause of ASK_AFTER_MS or more ("smart"): the audio model hears the last 8 s of speech with
-        each of PAUSE_HEARD_MS of the pause as soon as it is recorded (VoiceAtPause keeps one ask each)."""
-        end = self.speech_end_frame
-        if self.voice is None or end is None or endpointer.silence_ms < ASK_AFTER_MS:
-            return
-        recorded = (self._kept_from + len(self._kept)) * WINDOW
-        for ms in PAUSE_HEARD_MS:
-            heard_end = end + ms * SAMPLE_RATE // 1000
-            if heard_end <= recorded:
-                self.voice.ask(end, ms, functools.partial(self._heard_until, heard_end), now=recorded)
-
-    def _heard_until(self, end: int) -> np.ndarray:
-        """The last HEARD_SAMPLES of the recording before sample `end` (fewer at its start)."""
-        return self._audio(max(self._kept_from * WINDOW, end - HEARD_SAMPLES), end)
+    def _audio_from(self, first: int, end: int) -> np.ndarray:
+        """Samples [first, end) of the recording, from the first one still kept on."""
+        return self._audio(max(self._kept_from * WINDOW, first), end)
 
     def _audio(self, first: int, end: int) -> np.ndarray:
         """Samples [first, end) of the recording so far, from the kept windows."""
@@ -453,12 +428,13 @@ class Listener:
         return np.concatenate(windows)[offset : offset + end - first]
 
     def finished(self, recording: Recording) -> Heard:
-        """Report the end and return what was heard."""
-        end_reason = self.ending.reason(recording.stopped_by)
+        """Report the end (logged once at DEBUG: ending.TurnEnd) and return what was heard."""
+        pause_ms = self.endpointer.silence_ms if self.endpointer is not None else 0.0
+        end: TurnEnd = self.pause.finished(recording.stopped_by, pause_ms, self._target_ms)
         if self.progress:
             seconds = recording.frames / SAMPLE_RATE
-            message = f"Recording finished ({seconds:.1f} s, {self.ending.describe(recording.stopped_by)})"
+            message = f"Recording finished ({seconds:.1f} s, {self.pause.ending.describe(recording.stopped_by)})"
             self.progress(self.elapsed_ms, self.plan.max_ms, message)
         warning = DIGITAL_SILENCE_WARNING if self.dead_microphone else None
-        start = self.phrase_start_frame
-        return Heard(recording, self.speech_detected, self.speech_end_frame, start, warning, end_reason)
+        start, speech = self.phrase_start_frame, self.speech_end_frame
+        return Heard(recording, self.speech_detected, speech, start, warning, end.end_reason, end.end_signal)

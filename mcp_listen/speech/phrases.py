@@ -164,13 +164,13 @@ class PhraseWorker:
         if self.language != "auto" or self._detect is None:
             return
         try:
-            heard, probability = self._detect(job.audio, job.abort)
+            detected, probability = self._detect(job.audio, job.abort)
         except Exception:  # noqa: BLE001 - the phrase's own transcription detects it instead
             return
-        confirmed = heard == self._early_guess and probability >= SURE_OF_LANGUAGE
+        confirmed = detected == self._early_guess and probability >= SURE_OF_LANGUAGE
         if confirmed or probability >= SURE_AT_ONCE:
-            self.language = heard
-        self._early_guess = heard
+            self.language = detected
+        self._early_guess = detected
 
     def _prompt(self) -> str:
         """The text so far, as whisper's prompt. Its final full stop is left off: whisper put it
@@ -182,7 +182,7 @@ class PhraseWorker:
             self._learn_language(job)
             return
         try:
-            text, heard = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
+            text, language = self._transcribe(job.audio, self._prompt(), self.language, job.abort)
         except BaseException as exc:  # noqa: BLE001 - re-raised in finish(), on the caller's thread
             if job.speculative:
                 job.error = None if job.abort.is_set() else exc
@@ -190,8 +190,8 @@ class PhraseWorker:
                 self._error = exc
                 self.transcribed += 1
             return
-        if heard and self.language == "auto":
-            self.language = heard  # detected once: later phrases are not detected again
+        if language and self.language == "auto":
+            self.language = language  # detected once: later phrases are not detected again
         if job.speculative:
             job.text = text
         else:

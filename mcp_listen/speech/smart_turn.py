@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_listen.config.libraries import import_onnxruntime
 from mcp_listen.contract.limits import SAMPLE_RATE
 from mcp_listen.errors import VADError
+from mcp_listen.speech.ending import SMART, EndOfTurnConfig
 from mcp_listen.speech.vad import model_folder
 
 if TYPE_CHECKING:
@@ -36,25 +37,9 @@ log = logging.getLogger(__name__)
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
 MODEL_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
 """As shipped in the pipecat-ai 1.14.0 wheel (pipecat/audio/turn/smart_turn/data/)."""
-WINDOW_S = 8
-"""The model hears the last 8 s before the pause."""
-HEARD_SAMPLES = WINDOW_S * SAMPLE_RATE
-PAUSE_HEARD_MS = (0, 100, 200, 300)
-"""The model hears the speech with each of these ms of the pause after it, and the turn sounds finished
-only when it does in every one (`VoiceAtPause.answer`: the least sure answer). Its answer swings with
-where the window ends (a Spanish prompt cut before "y": 0.13, 0.76, 0.21 at 0, 100, 300 ms), and the
-more of the pause it hears the surer it is that the turn is over: with the words, one answer at 300 ms
-let go of 19 of the bench's 57 thinking pauses, the least of the four 5 (bench/README.md)."""
-ASK_AFTER_MS = 100
-"""No answer is asked before the pause has lasted this long: each costs ~90 ms of CPU, and a breath
-between words ends sooner."""
-ANSWERS_PER_S = 1.0
-"""The most answers the model works out per second of audio, on average: each costs ~90 ms of CPU, and
-choppy audio (200 ms of speech, 200 ms of silence) paused 2.5 times a second, two answers a pause, so
-listening cost twice the CPU of "silence" (bench/README.md, "Smart end of turn on choppy audio")."""
-ANSWERS_AT_ONCE = len(PAUSE_HEARD_MS)
-"""The budget saved up: one whole pause's answers, so a turn that ends after a second or more of speech
-has every answer it needs at once. An answer over budget waits until the audio has earned it."""
+HEARD_S = 8
+"""The model hears the last 8 s before the pause (its training window)."""
+HEARD_SAMPLES = HEARD_S * SAMPLE_RATE
 N_FFT, HOP, N_MELS = 400, 160, 80
 
 
@@ -92,7 +77,7 @@ def log_mel(samples: np.ndarray) -> np.ndarray:
     x = np.asarray(samples, dtype=np.float32)
     if samples.dtype == np.int16:
         x = x / 32768.0
-    n = WINDOW_S * SAMPLE_RATE
+    n = HEARD_SAMPLES
     x = np.pad(x[-n:], (max(0, n - len(x)), 0))
     x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
     frames = sliding_window_view(np.pad(x.astype(np.float64), N_FFT // 2, mode="reflect"), N_FFT)[::HOP]
@@ -115,11 +100,9 @@ def _filters() -> np.ndarray:
 class SmartTurn:
     """One onnxruntime session of the model; `probability` may be called from any thread (one at a time).
 
-    The model is quantized (int8 weights between QuantizeLinear/DequantizeLinear pairs). onnxruntime fuses
-    those pairs into int8 kernels whose arithmetic depends on the CPU: on an AVX2 machine without VNNI the
-    intermediate sums saturate, and JFK's finished sentence scored 0.44 instead of 0.76 (the tests'
-    fixture). Left unfused, the same weights run in float everywhere: ~125 ms a call instead of ~90 ms
-    on one core of that machine, paid once per pause."""
+    The model is quantized; onnxruntime's fused int8 kernels give answers that depend on the CPU, so they
+    are left unfused and the same weights run in float everywhere (bench/README.md, "End of turn: Smart
+    Turn the same on every CPU")."""
 
     def __init__(self) -> None:
         onnxruntime = import_onnxruntime()
@@ -160,10 +143,10 @@ def shared_smart_turn() -> SmartTurn:
 
 
 class AnswerBudget:
-    """At most ANSWERS_PER_S answers per second of audio, ANSWERS_AT_ONCE saved up: a token bucket filled
+    """At most `answers_per_s` answers per second of audio, `answers_at_once` saved up: a token bucket filled
     by the recording's own clock (sample numbers), so a loaded machine's late windows change nothing."""
 
-    def __init__(self, per_s: float = ANSWERS_PER_S, at_once: int = ANSWERS_AT_ONCE) -> None:
+    def __init__(self, per_s: float = SMART.answers_per_s, at_once: int = SMART.answers_at_once) -> None:
         self.per_s = per_s
         self.at_once = at_once
         self._saved = float(at_once)
@@ -184,16 +167,18 @@ class AnswerBudget:
 
 class VoiceAtPause:
     """The audio model's least sure answer for the pause in progress, worked out off the audio thread as
-    the pause goes on: the listener asks for each of PAUSE_HEARD_MS as soon as that much of the pause is
+    the pause goes on: the listener asks for each of `pause_heard_ms` as soon as that much of the pause is
     recorded (`ask`, returns at once), so only the last answer is left to wait for when whisper's words
     come in, and reads the least of them (`answer`). Once one answer is under `finished_from` the least
-    can only be lower: the pause is held, and the answers after it are not worked out (on the bench a
-    thinking pause cost 1.4 answers, ~90 ms of CPU each, a finished turn 3.7). A model that cannot
-    load answers NaN: the words decide alone."""
+    can only be lower: the pause is held, and the answers after it are not worked out. A model that
+    cannot load answers NaN: the words decide alone."""
 
-    def __init__(self, finished_from: float, budget: AnswerBudget | None = None) -> None:
+    def __init__(
+        self, finished_from: float, budget: AnswerBudget | None = None, config: EndOfTurnConfig = SMART
+    ) -> None:
         self.finished_from = finished_from
-        self.budget = budget if budget is not None else AnswerBudget()
+        self.budget = budget if budget is not None else AnswerBudget(config.answers_per_s, config.answers_at_once)
+        self._expected = len(config.pause_heard_ms)
         self._lock = threading.Lock()
         self._pause: int | None = None
         self._asked: set[int] = set()
@@ -214,9 +199,9 @@ class VoiceAtPause:
             if ms in self._asked or self._decided() or not self.budget.take(clock):
                 return
             self._asked.add(ms)
-        heard = samples()
+        audio = samples()
         with self._lock:
-            self._waiting.append((pause, heard))
+            self._waiting.append((pause, audio))
             start, self._working = not self._working, True
         if start:
             threading.Thread(target=self._work, name="mcp-listen-smart-turn", daemon=True).start()
@@ -245,8 +230,13 @@ class VoiceAtPause:
 
     def answer(self, pause: int) -> tuple[bool, float | None]:
         """(in, least sure answer) for the pause that began at sample `pause`: (False, None) until every
-        one of PAUSE_HEARD_MS is in, or one decides it; NaN without a model."""
+        one of `pause_heard_ms` is in, or one decides it; NaN without a model."""
         with self._lock:
-            if pause != self._pause or not (self._decided() or len(self._answers) == len(PAUSE_HEARD_MS)):
+            if pause != self._pause or not (self._decided() or len(self._answers) == self._expected):
                 return False, None
             return True, math.nan if any(math.isnan(a) for a in self._answers) else min(self._answers)
+
+    def answers(self, pause: int) -> tuple[float, ...]:
+        """Every answer worked out so far for the pause that began at sample `pause`."""
+        with self._lock:
+            return tuple(self._answers) if pause == self._pause else ()

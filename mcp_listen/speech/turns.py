@@ -13,7 +13,7 @@ word that is a trailing conjunction, article, preposition or filler of the langu
 turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims.
 Otherwise the audio model (speech/smart_turn.py: the last 8 s of the voice, its least sure answer
 over the pause's first 300 ms) decides: a probability of a finished turn of at least
-VOICE_THRESHOLD ends it ("words+voice", or "voice" in a language whose words the rule does not
+`voice_threshold` (EndOfTurnConfig) ends it ("words+voice", or "voice" in a language whose words the rule does not
 know), below it holds. The voice waits for whisper's words: deciding without them cut "…some bread
 and" on a busy machine, where the guess comes seconds late; then the pause is held up to
 max_pause_ms (bench/README.md).
@@ -27,7 +27,7 @@ import math
 import re
 import unicodedata
 
-from mcp_listen.speech.ending import NO_SIGNAL, Verdict
+from mcp_listen.speech.ending import NO_SIGNAL, SMART, Verdict
 
 _FILLERS = "um umm uh uhh uhm er erm hmm mm ah eh"
 _TRAILING = {
@@ -55,9 +55,6 @@ _CLOSERS = "['\"”’»)\\]]*$"
 _ASKS_OR_EXCLAIMS = re.compile(r"[!?！？]" + _CLOSERS)
 _FULL_STOP = re.compile(r"(?<![.])[.。]" + _CLOSERS)
 _LAST_WORD = re.compile(r"(\w[\w'’]*)\W*$")
-VOICE_THRESHOLD = 0.5
-"""The audio model's probability of a finished turn from which "smart" ends it (chosen on the bench's
-turn set: bench/README.md)."""
 
 
 def sounds_finished(text: str, language: str) -> bool:
@@ -94,18 +91,18 @@ def judge(
     text: str | None,
     language: str,
     probability: float | None,
-    threshold: float = VOICE_THRESHOLD,
+    threshold: float = SMART.voice_threshold,
     *,
-    heard: bool = True,
+    voice_in: bool = True,
 ) -> Verdict | None:
     """The verdict on a pause from the words heard up to it (None: whisper's guess is not in yet) and the
     audio model's `probability` that the turn is finished (None or NaN: no audio model); None while the
-    voice is not `heard` yet and the words do not hold the turn, and while the words are not in: the
+    voice is not in yet (`voice_in`) and the words do not hold the turn, and while the words are not in: the
     voice waits for them. The rule is the module's docstring."""
     said = None if text is None else words_say(text, language)
     if said == "unfinished":
         return Verdict(False, "words")
-    if not heard:
+    if not voice_in:
         return None
     if probability is None or math.isnan(probability):
         if text is None:

@@ -35,6 +35,7 @@ def test_the_user_speaking_over_the_agent_stops_it_and_is_the_answer(speak_env, 
     spoken = data["spoken"]
     assert spoken["interrupted"] is True, data
     assert spoken["played_ms"] == spoken["duration_ms"] and 1000 < spoken["played_ms"] < 10_000, spoken
+    assert spoken["interrupted_by"] == "user" and 1000 < spoken["cut_in_ms"] < spoken["played_ms"] + 500, spoken
     assert agent_words_in(data["transcription"]) == [], data
     assert data["stopped_by"] in ("silence", "ceiling") and "warning" not in data, data
 
@@ -64,6 +65,7 @@ def test_speak_text_with_barge_in_stops_and_returns_when_the_user_talks(speak_en
     assert refused.get("isError") and "barge_in true needs wait true" in refused["content"][0]["text"], refused
     data = reply["result"]["structuredContent"]
     assert data["interrupted"] is True and 1000 < data["duration_ms"] < 10_000, data
+    assert data["interrupted_by"] == "user" and 1000 < data["cut_in_ms"] < data["duration_ms"] + 500, data
     assert returned_after < 3.0, returned_after  # long before the 20 s speech would have ended
     assert free["recording"] is False and "speaking" not in free, free
 

@@ -140,6 +140,7 @@ def test_stop_speaking_cuts_the_speech_short_and_the_call_says_so(speak_env, vmi
     assert stopped["stopped"] is True and 1000 <= stopped["played_ms"] <= 8000, stopped  # the text takes ~20 s
     within(answered, 2.0, "stop_speaking's answer")  # the bench times it; here only that it does not wait for the text
     assert spoken["interrupted"] is True and spoken["duration_ms"] == stopped["played_ms"], (spoken, stopped)
+    assert spoken["interrupted_by"] == "stop_speaking" and "cut_in_ms" not in spoken, spoken
     assert free["tool"] is None and not free.get("speaking"), free
     # what the speaker played, its gaps left out (on a busy machine the next sentence can come seconds late:
     # 4.4 s of sound_span_ms held 1.37 s of speech), is what played_ms says

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from mcp_listen.audio.portaudio_lock import PortAudioLock
-from mcp_listen.engine.turn import ECHO_TAIL_S, WINDOW_S, SpeechFirst
+from mcp_listen.contract.limits import WINDOW_S
+from mcp_listen.duplex.config import DEFAULT as CONFIG
+from mcp_listen.duplex.exchange import ECHO_TAIL_S, HalfDuplex
 from mcp_listen.errors import DeviceLost
 
 
@@ -96,7 +98,7 @@ def test_windows_are_dropped_while_speaking_and_until_the_echo_has_died_away():
         if i == 5:
             time.sleep(guard)
 
-    turn = SpeechFirst(playback, "Hello.", 1.0)  # type: ignore[arg-type]
+    turn = HalfDuplex(playback, "Hello.", 1.0)  # type: ignore[arg-type]
     live: list[int] = []
     heard = list(turn.windows(Mic(8, during), lambda: live.append(1)))
     assert playback.started and heard == [5, 6, 7] and live == [1]
@@ -112,12 +114,12 @@ def test_a_speech_that_failed_ends_the_turn_with_its_error():
             playback.ended.set()
 
     with pytest.raises(DeviceLost):
-        list(SpeechFirst(playback, "Hello.", 1.0).windows(Mic(5, during), lambda: None))  # type: ignore[arg-type]
+        list(HalfDuplex(playback, "Hello.", 1.0).windows(Mic(5, during), lambda: None))  # type: ignore[arg-type]
 
 
 def test_leaving_the_turn_early_stops_the_speech_and_never_one_that_did_not_start():
     playback = FakePlayback()
-    turn = SpeechFirst(playback, "Hello.", 1.0)  # type: ignore[arg-type]
+    turn = HalfDuplex(playback, "Hello.", 1.0)  # type: ignore[arg-type]
     turn.close()
     assert not playback.stopped
     windows = turn.windows(Mic(5, lambda i: None), lambda: None)
@@ -195,8 +197,7 @@ def _speaks_until(playback: FakePlayback, end: int, level: int = 1) -> Callable[
 def _settled_window() -> int:
     """The first window from which a barge-in counts when every reference holds sound: a second's worth
     to measure the delay, then SETTLE_S."""
-    from mcp_listen.audio.echo import ALIGN_SAMPLES
-    from mcp_listen.engine.barge import SETTLE_S
+    ALIGN_SAMPLES, SETTLE_S = CONFIG.delay.align_samples, CONFIG.settle_s
 
     return -(-ALIGN_SAMPLES // 512) + round(SETTLE_S / WINDOW_S)
 
@@ -204,7 +205,13 @@ def _settled_window() -> int:
 def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_with_the_pre_roll():
     import math
 
-    from mcp_listen.engine.barge import ONSET_PROBABILITY, ONSET_WINDOWS, PRE_ROLL_WINDOWS, BargeIn
+    from mcp_listen.duplex.barge import BargeIn
+
+    ONSET_PROBABILITY, ONSET_WINDOWS, PRE_ROLL_WINDOWS = (
+        CONFIG.onset_probability,
+        CONFIG.onset_windows,
+        CONFIG.handover_windows,
+    )
 
     playback = FakePlayback()
     onset = _settled_window() + 20
@@ -227,8 +234,9 @@ def test_the_user_talking_over_the_speech_stops_it_and_their_words_come_first_wi
 
 
 def test_a_short_sound_while_speaking_or_a_long_one_in_the_first_moments_does_not_stop_the_speech():
-    from mcp_listen.audio.echo import ALIGN_SAMPLES
-    from mcp_listen.engine.barge import ONSET_WINDOWS, BargeIn
+    from mcp_listen.duplex.barge import BargeIn
+
+    ALIGN_SAMPLES, ONSET_WINDOWS = CONFIG.delay.align_samples, CONFIG.onset_windows
 
     playback = FakePlayback()
     aligned = -(-ALIGN_SAMPLES // 512)  # the delay search's second: nothing counts before its end
@@ -256,7 +264,7 @@ class ModelledEcho:
         self.user, self.learnt_from, self.runs_away_at, self.resets = user, learnt_from, runs_away_at, 0
 
     def process(self, near: Any, far: Any) -> tuple[Any, Any]:
-        from mcp_listen.audio.doubletalk import Explained
+        from mcp_listen.duplex.doubletalk import Explained
 
         i = int(near[0])
         self.resets += i in self.runs_away_at
@@ -271,13 +279,13 @@ class ModelledEcho:
 class FoundEcho:
     """An Aligner that finds an echo once it has had `windows` windows (the constant test windows hold none a
     correlation could find). Here windows come faster than real time, so the stream's clock moves at each
-    and the turn restarts the measurement on the windows it kept (engine/barge.py): this one measures
+    and the turn restarts the measurement on the windows it kept (duplex/path.py): this one measures
     nothing, so it keeps counting, each window once."""
 
     made = 0
 
     def __init__(self, windows: int) -> None:
-        from mcp_listen.audio.echo import SEARCH_LEAD_S
+        SEARCH_LEAD_S = CONFIG.delay.search_lead_s
 
         self.lead_s, self.measured_lag_s, self.done, self._windows = SEARCH_LEAD_S, None, False, windows
         self._seen: set[int] = set()
@@ -300,7 +308,7 @@ class FoundEcho:
 
 
 LOUD = 3000
-"""Played samples loud enough to count as speech for AEC3's suppression (engine/barge.py LOUD_REFERENCE_DB)."""
+"""Played samples loud enough to count as speech for AEC3's suppression (BargeInConfig.loud_reference_db)."""
 
 
 class TakesOutTheAgent(KeepsNear):
@@ -321,22 +329,25 @@ class TakesOutTheAgent(KeepsNear):
 
 
 def _turn_with_echo(
-    playback: FakePlayback, speech: set[int], model: ModelledEcho, windows: int, canceller: Any = None
+    playback: FakePlayback,
+    speech: set[int],
+    model: ModelledEcho,
+    windows: int,
+    canceller: Any = None,
+    again: Callable[[], Any] = lambda: FoundEcho(10**6),
 ) -> Any:
-    import mcp_listen.engine.barge as barge
+    """The turn, its first delay measurement done after `windows` windows, those measured again made by `again`."""
+    from mcp_listen.duplex.barge import BargeIn
 
     canceller = canceller or KeepsNear()
-    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller, model)  # type: ignore[arg-type]
-    turn.aligner = FoundEcho(windows)  # type: ignore[assignment]
-    return turn
+    first = iter([FoundEcho(windows)])
+    aligners = lambda: next(first, None) or again()  # noqa: E731
+    return BargeIn(playback, "Hello.", 1.0, MarkedSpeech(speech), canceller, model, aligners=aligners)  # type: ignore[arg-type]
 
 
-def test_speech_the_echo_model_explains_does_not_stop_the_speech_and_the_user_it_cannot_explain_does(monkeypatch):
+def test_speech_the_echo_model_explains_does_not_stop_the_speech_and_the_user_it_cannot_explain_does():
     """Silero hears speech all along (the agent's own voice, left over by the canceller): the learnt model
     explains it, so it plays on. Then the user, whom the model cannot explain: it stops at once."""
-    import mcp_listen.engine.barge as barge
-
-    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(10**6))
     settled = _settled_window()
     end = settled + 60
     speech = set(range(end + 5))
@@ -352,7 +363,7 @@ def test_speech_the_echo_model_explains_does_not_stop_the_speech_and_the_user_it
     user_talks = _turn_with_echo(playback, speech, ModelledEcho(user), settled)
     heard = [int(w[0]) for w in user_talks.windows(Windows(end + 5, _speaks_until(playback, end)), lambda: None)]
     cut_at = settled + 30  # the first window the model cannot explain lifts the average rise over the bar
-    assert playback.stopped and heard == list(range(cut_at - barge.PRE_ROLL_WINDOWS + 1, end + 5))
+    assert playback.stopped and heard == list(range(cut_at - CONFIG.handover_windows + 1, end + 5))
 
 
 class Silences(KeepsNear):
@@ -363,30 +374,28 @@ class Silences(KeepsNear):
         return near * 0
 
 
-def test_after_a_speech_nobody_cut_into_the_answer_is_the_microphone_itself_not_the_canceller_s_output(monkeypatch):
+def test_after_a_speech_nobody_cut_into_the_answer_is_the_microphone_itself_not_the_canceller_s_output():
     """Played out: the echo's windows are dropped, then every window is the microphone's own, as in the
     half-duplex turn (nothing is left to cancel, and the canceller would still change the voice)."""
-    import mcp_listen.engine.barge as barge
+    from mcp_listen.duplex.barge import BargeIn
 
-    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(10**6))
     end = 40
     playback = FakePlayback()
 
     during = _speaks_until(playback, end)
-    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), Silences(), ModelledEcho())  # type: ignore[arg-type]
+    turn = BargeIn(
+        playback, "Hello.", 1.0, MarkedSpeech(set()), Silences(), ModelledEcho(), aligners=lambda: FoundEcho(10**6)
+    )  # type: ignore[arg-type]
     heard = [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
     assert heard == list(range(end, end + 5)) and not playback.stopped
 
 
-def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_on_aec3_alone_decides(monkeypatch):
+def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_on_aec3_alone_decides():
     """The model is unlearnt, or runs away once learnt and the delay is measured again: speech AEC3 leaves
     that the double-talk rule would take (ONSET_WINDOWS long) stops nothing, a stretch past STRICT_WINDOWS
     does."""
     import math
 
-    import mcp_listen.engine.barge as barge
-
-    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(32))
     settled = _settled_window()
     end = settled + 200
 
@@ -394,44 +403,42 @@ def test_until_the_model_has_learnt_or_after_it_ran_away_only_the_stricter_rule_
         playback = FakePlayback()
 
         during = _speaks_until(playback, end, LOUD)
-        turn = _turn_with_echo(playback, speech, model, 32, canceller or TakesOutTheAgent(speech))
+        again = lambda: FoundEcho(32)  # noqa: E731
+        turn = _turn_with_echo(playback, speech, model, 32, canceller or TakesOutTheAgent(speech), again)
         return playback, turn, [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
 
-    short = set(range(settled + 5, settled + 5 + barge.STRICT_WINDOWS - 2))
+    short = set(range(settled + 5, settled + 5 + CONFIG.strict_windows - 2))
     playback, turn, _ = run(short, ModelledEcho(short, learnt_from=10**6))
     assert not playback.stopped and turn.realigned >= 1  # never learnt: the delay measured again
 
     ran_away = settled + 100
-    after = set(range(ran_away + 2, ran_away + 2 + barge.ONSET_WINDOWS + 2))
+    after = set(range(ran_away + 2, ran_away + 2 + CONFIG.onset_windows + 2))
     playback, turn, _ = run(after, ModelledEcho(after, runs_away_at={ran_away}))
     assert not playback.stopped and turn.realigned == 1  # measured again, the rule on AEC3 alone meanwhile
 
-    long = set(range(settled + 5, settled + 5 + barge.STRICT_WINDOWS + 2))
+    long = set(range(settled + 5, settled + 5 + CONFIG.strict_windows + 2))
     playback, turn, heard = run(long, ModelledEcho(long, learnt_from=10**6))
     assert playback.stopped and heard[-1] == end + 4
-    cut_at = settled + 5 + math.ceil(barge.STRICT_PROBABILITY * barge.STRICT_WINDOWS) - 1
-    assert heard[0] == cut_at - barge.PRE_ROLL_WINDOWS + 1
+    cut_at = settled + 5 + math.ceil(CONFIG.strict_probability * CONFIG.strict_windows) - 1
+    assert heard[0] == cut_at - CONFIG.handover_windows + 1
 
     playback, turn, _ = run(long, ModelledEcho(long, learnt_from=10**6), KeepsNear())
     assert not playback.stopped  # AEC3 never took the agent's voice out: its output proves nothing
 
 
-def test_the_rule_on_aec3_alone_counts_only_windows_heard_once_aec3_has_learnt_the_path(monkeypatch):
+def test_the_rule_on_aec3_alone_counts_only_windows_heard_once_aec3_has_learnt_the_path():
     """Silero heard speech in AEC3's output from the delay's measurement on (the agent's own voice, before AEC3
     learnt the path) up to well past SETTLE_S: the speech plays on. Speech that begins once AEC3 takes the echo
     out stops it when the span of STRICT_WINDOWS after that point holds enough of it, not before."""
     import math
 
-    import mcp_listen.engine.barge as barge
-
-    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(32))
     settled = _settled_window()
     end = settled + 200
     unlearnt = ModelledEcho(learnt_from=10**6)
 
     def run(speech: set[int], canceller: Any) -> tuple[FakePlayback, list[int]]:
         playback = FakePlayback()
-        turn = _turn_with_echo(playback, speech, unlearnt, 32, canceller)
+        turn = _turn_with_echo(playback, speech, unlearnt, 32, canceller, lambda: FoundEcho(32))
         during = _speaks_until(playback, end, LOUD)
         return playback, [int(w[0]) for w in turn.windows(Windows(end + 5, during), lambda: None)]
 
@@ -443,14 +450,21 @@ def test_the_rule_on_aec3_alone_counts_only_windows_heard_once_aec3_has_learnt_t
     playback, heard = run(user, TakesOutTheAgent(user))
     assert playback.stopped
     assert (
-        heard[0] == settled + 20 + math.ceil(barge.STRICT_PROBABILITY * barge.STRICT_WINDOWS) - barge.PRE_ROLL_WINDOWS
+        heard[0]
+        == settled + 20 + math.ceil(CONFIG.strict_probability * CONFIG.strict_windows) - CONFIG.handover_windows
     )
 
 
 def test_the_delay_of_an_echo_is_measured_and_the_reference_then_leads_it_just_enough():
     import numpy as np
 
-    from mcp_listen.audio.echo import ALIGN_SAMPLES, ALIGNED_LEAD_S, SEARCH_LEAD_S, Aligner, echo_lag_s
+    from mcp_listen.duplex.echo import Aligner, echo_lag_s
+
+    ALIGN_SAMPLES, ALIGNED_LEAD_S, SEARCH_LEAD_S = (
+        CONFIG.delay.align_samples,
+        CONFIG.delay.aligned_lead_s,
+        CONFIG.delay.search_lead_s,
+    )
 
     rng = np.random.default_rng(7)
     played = (rng.standard_normal(3 * ALIGN_SAMPLES) * 3000).astype(np.int16)
@@ -473,8 +487,10 @@ def test_a_second_with_no_echo_found_is_taken_for_headphones_only_when_the_micro
     headphones: the delay is measured again on the next second, and the echo is then found."""
     import numpy as np
 
-    from mcp_listen.audio.echo import ALIGN_SAMPLES, QUIET_DB, Aligner
     from mcp_listen.audio.levels import level_db
+    from mcp_listen.duplex.echo import Aligner
+
+    ALIGN_SAMPLES, QUIET_DB = CONFIG.delay.align_samples, CONFIG.delay.quiet_db
 
     rng = np.random.default_rng(11)
     played = (rng.standard_normal(4 * ALIGN_SAMPLES) * 3000).astype(np.int16)
@@ -495,7 +511,7 @@ def test_a_second_with_no_echo_found_is_taken_for_headphones_only_when_the_micro
 def test_the_reference_is_what_was_played_when_the_window_was_heard_led_by_the_lead():
     import numpy as np
 
-    from mcp_listen.audio.echo import FarEnd
+    from mcp_listen.duplex.echo import FarEnd
 
     lead = 0.08
     far = FarEnd(16000)
@@ -516,7 +532,9 @@ def test_a_block_handed_over_after_the_device_ran_dry_is_heard_after_the_gap():
     over while the device still held sound follow back to back."""
     import numpy as np
 
-    from mcp_listen.audio.echo import GAP_MARGIN_S, FarEnd
+    from mcp_listen.duplex.echo import FarEnd
+
+    GAP_MARGIN_S = CONFIG.delay.gap_margin_s
 
     far = FarEnd(16000)
     start = time.monotonic()
@@ -535,7 +553,7 @@ def test_a_block_handed_over_late_while_the_device_still_played_follows_back_to_
     reference holds no gap the echo never had (one did: it trailed the echo and the model never learnt)."""
     import numpy as np
 
-    from mcp_listen.audio.echo import FarEnd
+    from mcp_listen.duplex.echo import FarEnd
 
     far = FarEnd(16000)
     start = time.monotonic()
@@ -549,17 +567,16 @@ def test_a_block_handed_over_late_while_the_device_still_played_follows_back_to_
     assert far.gaps == 1 and not far.reference(start + 1.1, 0.0).any()
 
 
-def test_a_gap_in_the_speech_has_the_echo_s_delay_measured_afresh(monkeypatch):
+def test_a_gap_in_the_speech_has_the_echo_s_delay_measured_afresh():
     """The device ran dry and plays again (the sound server buffers afresh: the echo's delay moved). Before the
     delay is measured, the measurement starts over on sound after the gap; once measured, it is measured
     again beside the one in use. A late block the device did not run dry before changes nothing."""
     import numpy as np
 
-    import mcp_listen.engine.barge as barge
+    from mcp_listen.duplex.barge import BargeIn
 
-    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(20))
     clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    parts = {"aligners": lambda: FoundEcho(20), "clock": lambda: clock.now}
 
     def aligners_made(dry: bool) -> int:
         playback, speaker = FakePlayback(), SimpleNamespace(device_rate=16000, tap=None)
@@ -573,7 +590,7 @@ def test_a_gap_in_the_speech_has_the_echo_s_delay_measured_afresh(monkeypatch):
                 speaker.tap(np.tile(block, 30 if i == 40 else 1), clock.now, dry and i > 0)
 
         FoundEcho.made = 0
-        turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), ModelledEcho())  # type: ignore[arg-type]
+        turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), ModelledEcho(), **parts)  # type: ignore[arg-type]
         list(turn.windows(Windows(80, during), lambda: None))
         return FoundEcho.made
 
@@ -581,16 +598,15 @@ def test_a_gap_in_the_speech_has_the_echo_s_delay_measured_afresh(monkeypatch):
     assert aligners_made(dry=True) == 3  # the first, afresh after the gap at window 10, again after window 40
 
 
-def test_once_the_delay_is_measured_an_earlier_window_arrival_no_longer_moves_the_reference(monkeypatch):
+def test_once_the_delay_is_measured_an_earlier_window_arrival_no_longer_moves_the_reference():
     """On the test rig the earliest arrival of a window still crept by a fraction of a millisecond through a
     turn: each creep shifted the reference under a learnt echo path. Measured, the clock stays."""
     import numpy as np
 
-    import mcp_listen.engine.barge as barge
+    from mcp_listen.duplex.barge import BargeIn
 
-    monkeypatch.setattr(barge, "Aligner", lambda: FoundEcho(20))
     clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    parts = {"aligners": lambda: FoundEcho(20), "clock": lambda: clock.now}
 
     def references(early_at: int) -> list[Any]:
         playback = FakePlayback()
@@ -603,7 +619,7 @@ def test_once_the_delay_is_measured_an_earlier_window_arrival_no_longer_moves_th
                 speaker.tap(np.arange(16000 * 3, dtype=np.int16) % 3000, clock.now, False)
 
         canceller = KeepsNear()
-        turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), canceller, ModelledEcho())  # type: ignore[arg-type]
+        turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), canceller, ModelledEcho(), **parts)  # type: ignore[arg-type]
         list(turn.windows(Windows(60, during), lambda: None))
         return canceller.references
 
@@ -623,9 +639,7 @@ class TaughtEcho(ModelledEcho):
         self.taught.append((near, far))
 
 
-def test_a_window_clock_that_moves_while_the_delay_is_measured_leaves_one_delay_in_what_is_measured_and_taught(
-    monkeypatch,
-):
+def test_a_window_clock_that_moves_while_the_delay_is_measured_leaves_one_delay_in_what_is_measured_and_taught():
     """On a busy machine the first windows come late, and the stream's clock moves (1-8 ms on the test rig)
     when one first comes on time, about 0.6 s into the speech. The references collected before were taken on
     the old clock: the delay is measured on the windows kept, their references taken on the moved clock, and
@@ -633,11 +647,10 @@ def test_a_window_clock_that_moves_while_the_delay_is_measured_leaves_one_delay_
     import numpy as np
     import soxr
 
-    import mcp_listen.engine.barge as barge
-    from mcp_listen.audio.echo import ALIGNED_LEAD_S
+    from mcp_listen.duplex.barge import BargeIn
 
+    ALIGNED_LEAD_S = CONFIG.delay.aligned_lead_s
     clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
     played = (np.random.default_rng(5).standard_normal(16000 * 4) * 3000).astype(np.int16)
     heard = np.asarray(soxr.ResampleStream(16000, 16000, 1, dtype="int16", quality="MQ").resample_chunk(played))
     delay = 640  # the echo 40 ms behind the speech
@@ -655,12 +668,12 @@ def test_a_window_clock_that_moves_while_the_delay_is_measured_leaves_one_delay_
                     speaker.tap(played, 1000.0, False)  # heard from the stream's first sample on
                 yield echo[i * 512 : (i + 1) * 512]
 
-    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), model)  # type: ignore[arg-type]
+    turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), model, clock=lambda: clock.now)  # type: ignore[arg-type]
     list(turn.windows(EchoWindows(40, lambda i: None), lambda: None))
 
-    assert turn.aligner.measured_lag_s is not None and turn.aligned_window is not None
+    assert turn.path.aligner.measured_lag_s is not None and turn.aligned_window is not None
     lead = round(ALIGNED_LEAD_S * 16000)
-    taught = [(near, far) for near, far in model.taught[: len(model.taught) // barge.REPLAY_PASSES] if near.any()]
+    taught = [(near, far) for near, far in model.taught[: len(model.taught) // CONFIG.replay_passes] if near.any()]
     assert len(taught) >= 25  # the second before the delay was measured, the clock's move inside it
     lags = {int(np.argmax(np.correlate(near.astype(float), far.astype(float), "full"))) - 511 for near, far in taught}
     assert lags == {lead}, lags  # every taught window's echo just behind its reference
@@ -670,7 +683,7 @@ class KeptWindows:
     """An Aligner that never finds the echo and keeps the numbers of the windows of its measurement under way."""
 
     def __init__(self) -> None:
-        from mcp_listen.audio.echo import SEARCH_LEAD_S
+        SEARCH_LEAD_S = CONFIG.delay.search_lead_s
 
         self.lead_s, self.measured_lag_s, self.done, self.kept = SEARCH_LEAD_S, None, False, []
 
@@ -687,18 +700,17 @@ class KeptWindows:
         return False
 
 
-def test_a_measurement_begun_afresh_after_a_gap_takes_no_window_from_before_it_when_the_clock_moves(monkeypatch):
+def test_a_measurement_begun_afresh_after_a_gap_takes_no_window_from_before_it_when_the_clock_moves():
     """The device ran dry at window 10 (the echo's delay may have moved), so the delay is measured afresh from
     there; when the clock then moves (window 15 comes on time, those before it 3 ms late), the measurement
     starts again on its own windows, 10 on, their references on the moved clock, and none from before the gap."""
     import numpy as np
 
-    import mcp_listen.engine.barge as barge
+    from mcp_listen.duplex.barge import BargeIn
 
     made: list[KeptWindows] = []
-    monkeypatch.setattr(barge, "Aligner", lambda: made.append(KeptWindows()) or made[-1])
     clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(barge, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    parts = {"aligners": lambda: made.append(KeptWindows()) or made[-1], "clock": lambda: clock.now}
     playback, speaker = FakePlayback(), SimpleNamespace(device_rate=16000, tap=None)
 
     def during(i: int) -> None:
@@ -708,7 +720,7 @@ def test_a_measurement_begun_afresh_after_a_gap_takes_no_window_from_before_it_w
         if i in (0, 10):
             speaker.tap(np.full(1600 if i == 0 else 48000, 500, dtype=np.int16), clock.now, i == 10)  # 0.1 s, 3 s
 
-    turn = barge.BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), ModelledEcho())  # type: ignore[arg-type]
+    turn = BargeIn(playback, "Hello.", 1.0, MarkedSpeech(set()), KeepsNear(), ModelledEcho(), **parts)  # type: ignore[arg-type]
     list(turn.windows(Windows(20, during), lambda: None))
     assert len(made) == 2  # the first measurement, and the one begun afresh after the gap
     assert made[-1].kept and min(made[-1].kept) >= 10 and made[-1].kept[-1] == 19, made[-1].kept
@@ -717,7 +729,7 @@ def test_a_measurement_begun_afresh_after_a_gap_takes_no_window_from_before_it_w
 def test_a_stopped_speech_leaves_no_reference_beyond_what_was_heard():
     import numpy as np
 
-    from mcp_listen.audio.echo import FarEnd
+    from mcp_listen.duplex.echo import FarEnd
 
     far = FarEnd(16000)
     start = time.monotonic()
@@ -744,8 +756,8 @@ def test_the_double_talk_rule_takes_a_voice_the_echo_model_cannot_explain_and_no
     speech in both."""
     from collections import deque
 
-    from mcp_listen.audio.doubletalk import Explained
-    from mcp_listen.engine.barge import talks_over_the_echo
+    from mcp_listen.duplex.cut_in import talks_over_the_echo
+    from mcp_listen.duplex.doubletalk import Explained
 
     measures = deque(Explained(unexplained, -25.0, level, learnt=True) for unexplained, level in windows)
     assert talks_over_the_echo(deque([0.9, 0.9]), measures, echo=True) is user

@@ -1,4 +1,4 @@
-"""audio/doubletalk.py: the linear echo model learns an echo path from the played samples, a voice it cannot
+"""duplex/doubletalk.py: the linear echo model learns an echo path from the played samples, a voice it cannot
 predict shows as a rise over the echo-alone baseline, and it cannot run away. The fixtures are the live
 rig's own windows (tests/fixtures/echo: the microphone left, the reference as the turn handed it right)
 where the first model's leftover stayed as loud as the microphone."""
@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcp_listen.audio import doubletalk
-from mcp_listen.audio.doubletalk import EchoModel
+from mcp_listen.duplex import doubletalk
+from mcp_listen.duplex.config import DEFAULT as CONFIG
+from mcp_listen.duplex.config import EchoModelConfig
+from mcp_listen.duplex.doubletalk import EchoModel
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "echo"
 
@@ -86,18 +88,17 @@ def test_a_model_taught_the_last_second_again_knows_the_path_at_once():
     assert measured[-1].baseline_db < -15 and measured[-1].learnt
 
 
-@pytest.mark.parametrize("step", [doubletalk.STEP, 1.5])
-def test_speech_that_stops_short_cannot_make_the_whole_filter_normalised_step_run_away(monkeypatch, step):
+@pytest.mark.parametrize("step", [CONFIG.model.step, 1.5])
+def test_speech_that_stops_short_cannot_make_the_whole_filter_normalised_step_run_away(step):
     """Bursts of loud sound cut off at once, each followed by dither: the newest block is then near silence
     while the older partitions still hold the burst, where a step normalised by the newest block alone grows
     tenfold. Normalised over the whole filter length, the step in use and one twice as large converge: no
     window with the echo sounding leaves more than a quarter of it, and the guard never has to act."""
-    monkeypatch.setattr(doubletalk, "STEP", step)
     rng = np.random.default_rng(11)
     bursts = [np.concatenate([rng.standard_normal(2400) * 6000, rng.standard_normal(3200) * 2]) for _ in range(22)]
     played = np.concatenate(bursts)[: 512 * 220]
     echo = _room(played, delay=160, gain=0.9)
-    model = EchoModel()
+    model = EchoModel(EchoModelConfig(step=step))
     worst = []
     for start in range(0, len(played), 512):
         near, far = echo[start : start + 512], played[start : start + 512]
@@ -109,11 +110,12 @@ def test_speech_that_stops_short_cannot_make_the_whole_filter_normalised_step_ru
 
 def test_live_windows_where_the_reference_crept_under_a_learnt_path_reset_the_model_and_never_stop_the_agent():
     """crept.wav: the agent alone at full level on the rig, the model learnt; ~3.7 s in, the reference moved a
-    fraction of a millisecond against the echo (engine/barge.py now keeps the clock it measured) and the
+    fraction of a millisecond against the echo (duplex/path.py now keeps the clock it measured) and the
     prediction began adding sound. The guard resets the model within ~0.3 s, and the double-talk rule never
     fires, even taking every window for speech."""
-    from mcp_listen.engine.barge import ONSET_WINDOWS, talks_over_the_echo
+    from mcp_listen.duplex.cut_in import talks_over_the_echo
 
+    ONSET_WINDOWS = CONFIG.onset_windows
     near, far = _recorded("crept")
     model = EchoModel()
     measures: deque = deque(maxlen=ONSET_WINDOWS)
@@ -137,7 +139,7 @@ def test_live_windows_where_the_echo_moved_past_the_modelled_path_never_count_as
     """moved.wav: after the delay was measured the echo fell 195 ms behind the reference (past the 160 ms the
     model spans): the model never learns it, so the turn decides by the rule on AEC3 alone and measures the
     delay again, which finds it."""
-    from mcp_listen.audio.echo import echo_lag_s
+    from mcp_listen.duplex.echo import echo_lag_s
 
     near, far = _recorded("moved")
     model = EchoModel()
@@ -154,8 +156,9 @@ def test_in_a_noisy_room_the_model_is_learnt_the_echo_alone_never_fires_and_the_
     the noise floor, the step regularised by it); the double-talk rule, taking every window for speech,
     never fires on the echo alone and fires within 3 windows of the user's onset. Without the floor the
     baseline stayed at -7 to -12 dB, unlearnt when the user began, and the rule never decided."""
-    from mcp_listen.engine.barge import ONSET_WINDOWS, REPLAY_PASSES, REPLAY_WINDOWS, talks_over_the_echo
+    from mcp_listen.duplex.cut_in import talks_over_the_echo
 
+    ONSET_WINDOWS, REPLAY_PASSES, REPLAY_WINDOWS = CONFIG.onset_windows, CONFIG.replay_passes, CONFIG.replay_windows
     near, far = _recorded("noisy")
     model = EchoModel()
     for i in range(REPLAY_WINDOWS):
@@ -179,11 +182,13 @@ def test_in_a_noisy_room_the_model_is_learnt_the_echo_alone_never_fires_and_the_
 
 
 def test_the_pre_roll_hands_aec3s_output_before_the_users_first_rise_and_the_leftover_from_it():
-    """engine/barge.py pre_roll: with the model deciding, the windows before the first rise over the echo-alone
+    """duplex/cut_in.py pre_roll: with the model deciding, the windows before the first rise over the echo-alone
     baseline are AEC3's (the agent's echo 20-30 dB down in the leftover still made words); with the rule on
     AEC3 alone deciding, every window is AEC3's; with no echo found (headphones), every window the leftover."""
-    from mcp_listen.audio.doubletalk import Explained
-    from mcp_listen.engine.barge import RISE_DB, pre_roll
+    from mcp_listen.duplex.cut_in import pre_roll
+    from mcp_listen.duplex.doubletalk import Explained
+
+    RISE_DB = CONFIG.rise_db
 
     echo_alone, user = Explained(-25.0, -25.0, -20.0, True), Explained(-25.0 + RISE_DB + 4, -25.0, 0.0, True)
     recent = [(f"aec3{i}", f"left{i}", echo_alone if i < 6 else user) for i in range(10)]

@@ -401,3 +401,15 @@ def test_skipped_windows_count_as_silence():
             stops = index + 1
             break
     assert stops == 32  # 1000 ms, the same as without the gate
+
+
+def test_the_pause_that_ends_the_turn_comes_with_each_window_and_defaults_to_silence_ms():
+    """end_of_turn "smart" holds a pause longer than silence_ms by passing the longer target with the window
+    (it once wrote it into the endpointer's attribute); without one, silence_ms ends it."""
+    speech = [QUIET] * 5 + [LOUD] * 20
+    plain, held = Endpointer(EndpointConfig(silence_ms=1000)), Endpointer(EndpointConfig(silence_ms=1000))
+    for probability in speech:
+        assert plain.feed(probability) is None and held.feed(probability, silence_ms=3000) is None
+    plain_stop = next(i for i in range(200) if plain.feed(QUIET) is not None)
+    held_stop = next(i for i in range(200) if held.feed(QUIET, silence_ms=3000) is not None)
+    assert plain_stop < 1000 / 32 + 2 and 3000 / 32 - 13 <= held_stop < 3000 / 32 + 2, (plain_stop, held_stop)

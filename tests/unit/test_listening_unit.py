@@ -7,16 +7,18 @@ every piece of audio handed over says exactly which windows it came from.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
 from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import HOLDING_MESSAGE, PARTIAL_PREFIX, RESUMED_MESSAGE, partial_message
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
-from mcp_listen.speech.ending import NO_SIGNAL, TurnEnding, Verdict
+from mcp_listen.speech.ending import NO_SIGNAL, SMART, TurnEnding, Verdict
 from mcp_listen.speech.listener import Listener, Plan
-from mcp_listen.speech.smart_turn import ASK_AFTER_MS, PAUSE_HEARD_MS
 
+ASK_AFTER_MS, PAUSE_HEARD_MS = SMART.ask_after_ms, SMART.pause_heard_ms
 SPEECH, QUIET = 0.9, 0.05
 PRE_ROLL = Listener.PRE_ROLL_WINDOWS
 PLAIN = "silence"
@@ -422,3 +424,25 @@ def test_a_verdict_without_a_signal_for_the_language_ends_the_turn_as_silence_do
     assert ending.reason("ceiling") == "duration" and ending.reason("no_speech_timeout") is None
     plain = TurnEnding("silence", 1000, 3000)
     assert plain.silence_for(Verdict(False, "words")) == 1000 and plain.reason("silence") == "silence"
+
+
+@pytest.mark.parametrize(
+    ("words", "fields"),
+    [
+        ("So I was thinking of", "end_reason=max_pause end_signal=words words=unfinished voice=nan"),
+        ("I went to the store.", "end_reason=complete end_signal=words words=open voice=nan"),
+    ],
+)
+def test_the_end_of_a_smart_turn_is_logged_once_at_debug_with_its_signals_and_never_the_words(caplog, words, fields):
+    """The TurnEnd record: the signal that decided, the class of the last word (not the words), the voice's
+    answer (NaN: no model here), the pause when it ended and the target then in force."""
+    with caplog.at_level(logging.DEBUG, logger="mcp_listen.speech"):
+        stop_after_speech_ms(words, "smart")
+    ends = [r for r in caplog.records if r.getMessage().startswith("turn end:")]
+    assert len(ends) == 1 and ends[0].levelno == logging.DEBUG, caplog.records
+    message = ends[0].getMessage()
+    assert f"stopped_by=silence {fields}" in message, message
+    target = 3000 if "max_pause" in fields else 1000
+    pause = int(message.split("pause_ms=")[1].split()[0])
+    assert message.endswith(f"target_ms={target}") and target <= pause < target + 64, message
+    assert not any(word in message for word in ("thinking", "store", "went")), message

@@ -2,7 +2,7 @@
 v3.2 ONNX, its whisper features computed with numpy, and the rule that joins it to the words
 (speech/turns.py `judge`). Fixture: JFK's 11 s (tests/fixtures/turns/), whole (a finished turn) and cut
 in two real word gaps mid-sentence, each followed by 300 ms of the recording's own noise floor (the pause
-the listener lets the model hear: smart_turn.PAUSE_HEARD_MS)."""
+the listener lets the model hear: EndOfTurnConfig.pause_heard_ms)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,12 @@ import numpy as np
 import pytest
 
 from mcp_listen.speech import smart_turn
-from mcp_listen.speech.smart_turn import (
-    ANSWERS_AT_ONCE,
-    ANSWERS_PER_S,
-    ASK_AFTER_MS,
-    PAUSE_HEARD_MS,
-    AnswerBudget,
-    VoiceAtPause,
-    log_mel,
-    shared_smart_turn,
-)
-from mcp_listen.speech.turns import VOICE_THRESHOLD, judge
+from mcp_listen.speech.ending import SMART
+from mcp_listen.speech.smart_turn import AnswerBudget, VoiceAtPause, log_mel, shared_smart_turn
+from mcp_listen.speech.turns import judge
+
+ANSWERS_AT_ONCE, ANSWERS_PER_S, ASK_AFTER_MS = SMART.answers_at_once, SMART.answers_per_s, SMART.ask_after_ms
+PAUSE_HEARD_MS, VOICE_THRESHOLD = SMART.pause_heard_ms, SMART.voice_threshold
 
 JFK = Path(__file__).resolve().parents[1] / "fixtures" / "turns" / "jfk.wav"
 CUTS_S = {"ask not what your country can do for": 6.81, "ask what you can do for your": 9.67}

@@ -371,12 +371,14 @@ HALF_DUPLEX = Settings(defaults=Defaults(barge_in=False))
 """The engine tests below speak without listening, whatever barge-in's default (no microphone in them)."""
 
 
-def _engine(voices: FakeVoices | None = None, settings: Settings = HALF_DUPLEX, devices: Any = None):
+def _engine(
+    voices: FakeVoices | None = None, settings: Settings = HALF_DUPLEX, devices: Any = None, duplex: Any = None
+):
     from mcp_listen.engine.engine import Engine
 
     voices = voices or FakeVoices()
     outputs = FakeOutputs()
-    parts = {"voices": voices, "speakers": outputs, "devices": devices or FakeDevices()}
+    parts = {"voices": voices, "speakers": outputs, "devices": devices or FakeDevices(), "duplex": duplex}
     return Engine(settings, **parts), voices, outputs  # type: ignore[arg-type]
 
 
@@ -460,6 +462,27 @@ def test_stop_speaking_cuts_a_speech_short_from_another_thread_and_frees_the_dev
     assert box["spoken"].interrupted is True and box["spoken"].duration_ms == 100
     assert engine.recorder.active is None and engine.speech.now.playback is None
     assert engine.stop_speaking() == Stopped(stopped=False, played_ms=None)
+
+
+def test_a_speech_cut_short_says_who_cut_it_stop_speaking_or_a_cancel_and_one_played_out_says_nobody():
+    engine, voices, outputs = _engine()
+    voices.gate.clear()
+    box: dict[str, Any] = {}
+    speaking = threading.Thread(target=lambda: box.update(spoken=engine.speak(parse(text="Hello there."))))
+    speaking.start()
+    first_sentence_fed(outputs)
+    engine.stop_speaking()
+    speaking.join(5)
+    assert (box["spoken"].interrupted, box["spoken"].interrupted_by) == (True, "stop_speaking")
+    assert wire(box["spoken"])["interrupted_by"] == "stop_speaking" and "cut_in_ms" not in wire(box["spoken"])
+
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    cancelled = engine.speak(parse(text="Hello there."), stop=stop)
+    assert (cancelled.interrupted, cancelled.interrupted_by) == (True, "cancel")
+    voices.gate.set()
+    whole = engine.speak(parse(text="Hello there."))
+    assert (whole.interrupted, whole.interrupted_by) == (False, None) and "interrupted_by" not in wire(whole)
 
 
 def first_sentence_fed(outputs: FakeOutputs, timeout: float = 10) -> FakeSpeaker:
@@ -841,6 +864,18 @@ def test_the_schemas_state_barge_in_s_default_as_the_caller_writes_it(on):
     assert "True" not in speak["description"] + converse["description"]
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_converse_s_description_says_what_it_does_with_what_it_hears_while_it_speaks_by_default(on):
+    """It said all of it was dropped, while barge-in (on by default) listens to it: the description states the
+    default in force and what each setting does."""
+    from mcp_listen.server.app import TOOLS
+
+    converse = next(t for t in TOOLS if t.name == "converse")
+    said = converse.description.format_map(Defaults(barge_in=on).words())
+    assert f"With barge_in (default {str(on).lower()}) it listens while you speak" in said, said
+    assert "With barge_in false what it hears while you speak" in said and "is dropped" in said
+
+
 def test_speak_text_takes_barge_in_s_default_only_when_it_waits_for_the_speech():
     """wait false returns before the speech ends: nobody would hear the user, so the default never applies
     (and is not refused, as barge_in true with wait false is)."""
@@ -858,14 +893,28 @@ class NoMicrophone(FakeDevices):
         raise DeviceNotFound("No input device found.")
 
 
-def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why(monkeypatch):
+class CancellerThere:
+    """Barge-in's part as if its echo canceller were installed; `failure` is raised when a turn is made."""
+
+    def __init__(self, failure: type[Exception] | None = None) -> None:
+        self.failure = failure
+
+    def available(self) -> bool:
+        return True
+
+    def barge_in(self, *args: Any) -> Any:
+        if self.failure is not None:
+            raise self.failure("libwebrtc_audio_processing.so: cannot open shared object file")
+        from mcp_listen.engine.parts import Duplex
+
+        return Duplex().barge_in(*args)
+
+
+def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why():
     """No microphone to open beside the speaker: the speech plays without listening and the result's
     warning says so, naming the microphone's problem; the device is free afterwards."""
-    from mcp_listen.audio import echo
-
-    monkeypatch.setattr(echo, "available", lambda: True)
     settings = load_settings({"MCP_LISTEN_BARGE_IN": "true"})
-    engine, _, outputs = _engine(settings=settings, devices=NoMicrophone())
+    engine, _, outputs = _engine(settings=settings, devices=NoMicrophone(), duplex=CancellerThere())
     spoken = engine.speak(parse(text="Hello there."))
     assert (spoken.duration_ms, spoken.interrupted) == (300, False)
     assert spoken.warning is not None and "No input device found" in spoken.warning, spoken
@@ -876,22 +925,15 @@ def test_speak_text_with_barge_in_but_no_microphone_plays_it_all_and_says_why(mo
 
 
 @pytest.mark.parametrize("failure", [ImportError, OSError])
-def test_a_canceller_that_fails_to_start_leaves_converse_half_duplex_with_a_warning(monkeypatch, failure):
+def test_a_canceller_that_fails_to_start_leaves_converse_half_duplex_with_a_warning(failure):
     """A broken native library must not fail every converse while barge-in is on by default: the turn
     listens after the speech (never while it plays) and the warning says why."""
     from types import SimpleNamespace
 
-    from mcp_listen.audio import echo
-    from mcp_listen.engine import speaking
-    from mcp_listen.engine.turn import SpeechFirst
+    from mcp_listen.duplex.exchange import HalfDuplex
 
-    def broken(*args: Any, **kw: Any) -> Any:
-        raise failure("libwebrtc_audio_processing.so: cannot open shared object file")
-
-    monkeypatch.setattr(echo, "available", lambda: True)
-    monkeypatch.setattr(speaking, "BargeIn", broken)
-    engine, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}))
-    turn, warning = engine.speech.turn(SimpleNamespace(), "Hi.", None, True)
-    assert type(turn) is SpeechFirst and warning is not None
+    engine, _, _ = _engine(settings=load_settings({"MCP_LISTEN_BARGE_IN": "true"}), duplex=CancellerThere(failure))
+    turn, warning = engine.speech.exchange(SimpleNamespace(), "Hi.", None, True)
+    assert type(turn) is HalfDuplex and warning is not None
     assert failure.__name__ in warning and "listened after the speech" in warning
-    assert engine.speech.turn(SimpleNamespace(), "Hi.", None, False)[1] is None
+    assert engine.speech.exchange(SimpleNamespace(), "Hi.", None, False)[1] is None

@@ -82,8 +82,8 @@ def test_the_rule_words_first_then_the_voice():
 
 
 def test_unfinished_words_hold_at_once_the_rest_waits_for_the_voice():
-    assert judge("I went to the store and.", "en", None, heard=False) == Verdict(False, "words")
-    assert judge("I went to the store.", "en", None, heard=False) is None
+    assert judge("I went to the store and.", "en", None, voice_in=False) == Verdict(False, "words")
+    assert judge("I went to the store.", "en", None, voice_in=False) is None
 
 
 def test_the_voice_waits_for_the_words():

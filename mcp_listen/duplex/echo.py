@@ -3,15 +3,13 @@ arrive on (FarEnd), the delay between the two measured (Aligner), and WebRTC's A
 from each window (Canceller).
 
 The canceller is pywebrtc-audio (Apache-2.0, part of the `speak` extra). AEC3 finds the delay between
-the played samples and their echo by itself, but only when the reference leads the echo, and it is
-slow to do so: measured offline on Piper speech, an echo 0 ms behind its reference is down 53 dB
-within a second, one 80 ms behind only 17 dB after two (52 dB once it has converged, none past
-~500 ms). So the reference is placed on the clock, not merely queued: sample k of the speech is
-heard at the first write's time + k / rate (a blocking output stream plays what it is given back to
-back), and a window is taken to hold what was heard at its arrival time minus the microphone's input
-latency. What that estimate misses (the sound server's own buffering, the room) the Aligner measures
-in the first second of speech by cross-correlation, and the reference is then handed in
-ALIGNED_LEAD_S ahead of the echo.
+the played samples and their echo by itself, but only when the reference leads the echo, and slowly.
+So the reference is placed on the clock, not merely queued: sample k of the speech is heard at the
+first write's time + k / rate (a blocking output stream plays what it is given back to back), and a
+window holds what was heard at its arrival time minus the microphone's input latency. What that
+estimate misses (the sound server's own buffering, the room) the Aligner measures in the first second
+of speech by cross-correlation; the reference is then handed in `aligned_lead_s` ahead of the echo.
+The thresholds are DelayConfig's (config.py); the measurements behind them are in bench/README.md.
 """
 
 from __future__ import annotations
@@ -23,46 +21,8 @@ from typing import Any
 from mcp_listen.audio.levels import level_db
 from mcp_listen.config.libraries import installed
 from mcp_listen.contract.limits import SAMPLE_RATE, WINDOW_SAMPLES
+from mcp_listen.duplex.config import DelayConfig
 
-SEARCH_LEAD_S = 0.15
-"""How far ahead of the window's estimated time the reference is taken until the delay is measured: the
-echo then lags it by 0.15 s plus the sound server's own buffering (the estimate counts playback from
-the first write, the earliest it can start), inside AEC3's reach. No more: the speaker has written
-only ~0.2 s (its buffer) beyond what is being heard."""
-ALIGNED_LEAD_S = 0.01
-"""How far the reference leads the echo once the delay is measured: AEC3 converges at once near zero,
-and must never see the echo before its reference."""
-MAX_LAG_S = 0.5
-"""The longest echo delay looked for, behind a reference taken SEARCH_LEAD_S ahead."""
-ALIGN_SAMPLES = SAMPLE_RATE
-"""Reference and microphone samples correlated to measure the delay: a second of played speech."""
-GAP_MARGIN_S = 0.02
-"""A block handed to the device after it ran dry is taken to follow a gap this much shorter than it seems:
-the reference may lead the echo by a little more, never trail it. Without the gap the reference ran ahead
-of the echo by the whole of it: on the test rig, when the first sentence took a second to render, the
-reference was silent while the echo spoke, the delay was never measured, and the user was never heard
-(tests/fixtures/echo)."""
-EARLIEST_SHARE = 0.7
-"""The echo's lag is the earliest lag whose correlation reaches this share of the peak, within EARLIEST_S
-before it: in a reverberant room a reflection's cluster can correlate better than the direct path, and a
-reference taken at a reflection trails the direct echo, which neither AEC3 nor the echo model can then
-follow (bench/barge.py's noisy room: the peak 20-24 ms late in 3 of 18 offline measurements, in the
-turn the model never learnt). An earlier pick leads the echo a little more, which both follow; at 0.5 a
-pitch period's side peak was taken now and then (10 ms early on the rig's recording, tests/fixtures/echo)."""
-EARLIEST_S = 0.03
-"""How far before the peak the direct path is looked for: the reflections the bench found stronger than
-it came 20-24 ms after it."""
-MIN_CORRELATION = 0.3
-"""The normalised cross-correlation peak below which no echo is found in a second (headphones, if the
-microphone was quiet meanwhile: QUIET_DB): the search lead is kept."""
-QUIET_DB = -45.0
-"""The microphone's level over the measured second (dBFS) under which a second with no echo found is taken
-for headphones (a room's noise floor lies at -60 to -50; the rig's headphones case at digital silence).
-A louder second is no proof of headphones: it may hold the agent's own voice with its echo past the search
-(a sound server that started playing late, or buffered afresh mid-second with no underflow reported), or
-the user. Taken for headphones, such a room had speech as loud as usual count as the user, the agent's
-voice among it, which then stopped itself at once; so the delay is measured again on the next second, and
-until it is found (or a quiet second shows there is no echo) nothing stops the speech."""
 ECHO_UNAVAILABLE = (
     "Barge-in needs the echo canceller (pywebrtc-audio, part of the speak extra), which is not installed: "
     "this turn listened after the speech instead. Install it: pip install 'mcp-listen[speak]'."
@@ -86,8 +46,9 @@ class FarEnd:
     """The speech as played, resampled to the microphone's 16 kHz, with the time its first sample was
     handed to the device. Fed by the speaker's writer thread, read by the microphone's."""
 
-    def __init__(self, voice_rate: int) -> None:
+    def __init__(self, voice_rate: int, config: DelayConfig | None = None) -> None:
         self._voice_rate = voice_rate
+        self._gap_margin_s = (config or DelayConfig()).gap_margin_s
         self._lock = threading.Lock()
         self._resampler: Any = None
         self._samples: Any = None
@@ -96,7 +57,7 @@ class FarEnd:
         self.started_at: float | None = None
         self.gaps = 0
         """How often the device ran dry and played again: each time the sound server buffers afresh, and the
-        echo's delay may have moved (engine/barge.py measures it again)."""
+        echo's delay may have moved (path.py measures it again)."""
 
     def played(self, block: Any, at: float, ran_dry: bool) -> None:
         """`block` (int16 at the voice's rate) was handed to the device at `at` (time.monotonic()).
@@ -105,11 +66,8 @@ class FarEnd:
         last was spoken) is heard from `at` on, as the first block was, and the gap is silence in the
         reference too. Any other block follows the one before back to back, however late it was handed
         over: the device's buffer (audio/speaker.py LATENCY_S) played on meanwhile. Judged by the clock
-        alone, a writer thread a busy machine kept waiting 2-15 ms once the buffer had run low (no
-        underflow) put gaps into the reference that the echo never had: it then trailed the echo by
-        their sum, the delay was measured 17 ms long, the echo model never learnt the path, and the
-        rule on AEC3 alone decided for the rest of the turn (the agent's own voice stopped it in 2
-        of 6 first turns of a fresh server on two busy cores)."""
+        alone, a writer thread kept waiting on a busy machine put gaps into the reference that the echo
+        never had (bench/README.md, "Barge-in's thresholds")."""
         import numpy as np
 
         if self._resampler is None:
@@ -120,7 +78,7 @@ class FarEnd:
         with self._lock:
             if self.started_at is None:
                 self.started_at = at
-            gap_until = round((at - self.started_at - GAP_MARGIN_S) * SAMPLE_RATE) if ran_dry else 0
+            gap_until = round((at - self.started_at - self._gap_margin_s) * SAMPLE_RATE) if ran_dry else 0
             begin = max(self._length, gap_until)
             self.gaps += begin > self._length
             end = begin + len(resampled)
@@ -142,15 +100,15 @@ class FarEnd:
             if self.started_at is not None:
                 self._length = max(0, min(self._length, round((at - self.started_at) * SAMPLE_RATE)))
 
-    def reference(self, heard_from: float, lead_s: float, samples: int = WINDOW_SAMPLES) -> Any:
-        """The `samples` played from `heard_from` + `lead_s` on (zeros before the speech and after it)."""
+    def reference(self, captured_at: float, lead_s: float, samples: int = WINDOW_SAMPLES) -> Any:
+        """The `samples` played from `captured_at` + `lead_s` on (zeros before the speech and after it)."""
         import numpy as np
 
         out = np.zeros(samples, dtype=np.int16)
         with self._lock:
             if self.started_at is None:
                 return out
-            start = round((heard_from + lead_s - self.started_at) * SAMPLE_RATE)
+            start = round((captured_at + lead_s - self.started_at) * SAMPLE_RATE)
             first, last = max(start, 0), min(start + samples, self._length)
             if last > first:
                 out[first - start : last - start] = self._samples[first:last]
@@ -158,19 +116,20 @@ class FarEnd:
 
 
 class Aligner:
-    """The lead to take the reference with: SEARCH_LEAD_S until a second of played speech and what the
+    """The lead to take the reference with: `search_lead_s` until a second of played speech and what the
     microphone heard meanwhile show how far the echo lags it, then just enough to lead the echo. A second
-    with no echo found ends the search only when the microphone was quiet in it (QUIET_DB): headphones."""
+    with no echo found ends the search only when the microphone was quiet in it (`quiet_db`): headphones."""
 
-    def __init__(self) -> None:
-        self.lead_s = SEARCH_LEAD_S
+    def __init__(self, config: DelayConfig | None = None) -> None:
+        self.config = config = config or DelayConfig()
+        self.lead_s = config.search_lead_s
         self.measured_lag_s: float | None = None
         """The echo's lag behind the search reference; None until measured (or when there is no echo)."""
         self._near: list[Any] = []
         self._far: list[Any] = []
         self._collected = 0
         self.done = False
-        self.heard_db: float | None = None
+        self.microphone_db: float | None = None
         """The microphone's level over the last second measured."""
 
     @property
@@ -191,43 +150,46 @@ class Aligner:
         self._near.append(near)
         self._far.append(far)
         self._collected += len(far)
-        if self._collected >= ALIGN_SAMPLES:
+        config = self.config
+        if self._collected >= config.align_samples:
             near = _joined(self._near)
-            lag = echo_lag_s(near, _joined(self._far))
+            lag = echo_lag_s(near, _joined(self._far), config)
             self.restart()
-            self.heard_db = level_db(near)
-            if lag is None and self.heard_db > QUIET_DB:
-                log.info("no echo of the speech found, the microphone at %.0f dBFS: measuring again", self.heard_db)
+            self.microphone_db = level = level_db(near)
+            if lag is None and level > config.quiet_db:
+                log.info("no echo of the speech found, the microphone at %.0f dBFS: measuring again", level)
                 return False
             self.done = True
             if lag is not None:
                 self.measured_lag_s = lag
-                self.lead_s = SEARCH_LEAD_S + ALIGNED_LEAD_S - lag  # negative: the echo comes later than estimated
+                self.lead_s = config.search_lead_s + config.aligned_lead_s - lag  # negative: the echo is later
                 return True
         return False
 
 
-def echo_lag_s(near: Any, far: Any) -> float | None:
-    """How far `near` lags `far` (0 to MAX_LAG_S), by the peak of their normalised cross-correlation;
-    None when no peak reaches MIN_CORRELATION (no echo to speak of)."""
+def echo_lag_s(near: Any, far: Any, config: DelayConfig | None = None) -> float | None:
+    """How far `near` lags `far` (0 to `max_lag_s`), by the peak of their normalised cross-correlation;
+    None when no peak reaches `min_correlation` (no echo to speak of)."""
     import numpy as np
 
+    config = config or DelayConfig()
     n = len(near)
     x, y = near.astype(np.float64), far.astype(np.float64)
     x -= x.mean()
     y -= y.mean()
     size = 1 << (2 * n - 1).bit_length()
     correlation = np.fft.irfft(np.fft.rfft(x, size) * np.conj(np.fft.rfft(y, size)), size)
-    max_lag = min(int(MAX_LAG_S * SAMPLE_RATE), n - 1)
+    max_lag = min(int(config.max_lag_s * SAMPLE_RATE), n - 1)
     lags = correlation[: max_lag + 1]
     scale = float(np.sqrt(np.dot(x, x) * np.dot(y, y)))
     if scale == 0.0:
         return None
     best = int(np.argmax(lags))
-    if lags[best] / scale < MIN_CORRELATION:
+    if lags[best] / scale < config.min_correlation:
         return None
-    first = max(0, best - int(EARLIEST_S * SAMPLE_RATE))
-    return (first + int(np.flatnonzero(lags[first : best + 1] >= EARLIEST_SHARE * lags[best])[0])) / SAMPLE_RATE
+    first = max(0, best - int(config.earliest_s * SAMPLE_RATE))
+    earliest = np.flatnonzero(lags[first : best + 1] >= config.earliest_share * lags[best])[0]
+    return (first + int(earliest)) / SAMPLE_RATE
 
 
 def _joined(windows: list[Any]) -> Any:
@@ -237,7 +199,7 @@ def _joined(windows: list[Any]) -> Any:
 
 
 class Canceller:
-    """AEC3 on 16 kHz mono windows, one instance per turn (it is not thread-safe: the microphone's
+    """AEC3 on 16 kHz mono windows, one instance per exchange (it is not thread-safe: the microphone's
     thread alone calls it)."""
 
     def __init__(self) -> None:

@@ -1,0 +1,271 @@
+"""Decisions are data: barge-in's thresholds are a validated config passed in, the echo path's phases are
+named and logged as they change, a cut-in is a CutIn record and the end of the user's turn a TurnEnd record,
+each logged once at DEBUG as key=value fields and never with the user's words; on the wire, end_signal joins
+end_reason and `spoken` says who cut a speech short and when the user cut in."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import threading
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mcp_listen.contract import limits
+from mcp_listen.contract.results import Spoken, Transcribed, wire
+from mcp_listen.duplex.config import DEFAULT, BargeInConfig, DelayConfig, EchoModelConfig
+from mcp_listen.duplex.cut_in import CutIn, Rule, cut_in
+from mcp_listen.duplex.doubletalk import Explained
+from mcp_listen.duplex.path import Phase
+
+# ---------------------------------------------------------------- the configs
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "shown"),
+    [
+        (lambda: BargeInConfig(onset_windows=0), "BargeInConfig.onset_windows", "an integer >= 1; got 0"),
+        (lambda: BargeInConfig(strict_probability=1.5), "BargeInConfig.strict_probability", "(0, 1]; got 1.5"),
+        (lambda: BargeInConfig(settle_s=float("nan")), "BargeInConfig.settle_s", "> 0; got nan"),
+        (lambda: BargeInConfig(rise_db=True), "BargeInConfig.rise_db", "a finite number; got True"),
+        (lambda: DelayConfig(max_lag_s=-1), "DelayConfig.max_lag_s", "> 0; got -1"),
+        (lambda: EchoModelConfig(step=2.5), "EchoModelConfig.step", "(0, 2), the stable range; got 2.5"),
+        (lambda: EchoModelConfig(band_hz=(4000, 200)), "EchoModelConfig.band_hz", "got (4000, 200)"),
+    ],
+)
+def test_a_threshold_out_of_its_range_is_refused_naming_the_field_the_range_and_the_value(make, field, shown):
+    with pytest.raises(ValueError, match=re.escape(field) + ".*" + re.escape(shown)):
+        make()
+
+
+def test_the_config_is_frozen_and_a_changed_copy_is_how_a_threshold_is_tried():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT.rise_db = 6.0  # type: ignore[misc]
+    tried = dataclasses.replace(DEFAULT, rise_db=6.0, model=EchoModelConfig(step=1.5))
+    assert (tried.rise_db, tried.model.step, DEFAULT.rise_db, DEFAULT.model.step) == (6.0, 1.5, 10.0, 0.7)
+
+
+# ---------------------------------------------------------------- the cut-in rule
+
+
+def _measures(*windows: tuple[float, float]) -> deque[Explained | None]:
+    """(unexplained dB, level dB) of the last windows over a learnt echo-alone baseline of -25 dB."""
+    return deque(Explained(unexplained, -25.0, level, learnt=True) for unexplained, level in windows)
+
+
+def test_the_cut_in_rule_returns_which_rule_fired_in_which_phase_and_the_numbers_it_judged():
+    measures = _measures((-5.0, -2.0), (-4.0, -1.0))
+    cut = cut_in(DEFAULT, Phase.LEARNT, deque([0.9, 0.7]), measures, None)
+    assert cut == CutIn(Rule.DOUBLE_TALK, Phase.LEARNT, pytest.approx(0.8), 2, 20.5, -2.0, True)
+    alone = cut_in(DEFAULT, Phase.LEARNT, deque([0.9, 0.7]), _measures((-22.0, -3.0), (-21.0, -2.0)), None)
+    assert alone is None  # the echo alone, explained as usual
+    headphones = cut_in(DEFAULT, Phase.HEADPHONES, deque([0.9, 0.9]), deque([Explained(0.0, 0.0, -1.0)] * 2), None)
+    assert headphones is not None and headphones.rule is Rule.NO_ECHO
+
+
+@pytest.mark.parametrize("phase", [Phase.WAITING, Phase.MEASURING, Phase.SETTLING])
+def test_nothing_counts_while_the_delay_is_measured_or_aec3_settles(phase):
+    assert cut_in(DEFAULT, phase, deque([1.0] * 8), _measures((-5.0, -2.0), (-4.0, -1.0)), None) is None
+
+
+def test_the_rule_on_aec3_alone_counts_only_a_full_span_heard_since_aec3_counts():
+    speech = deque([0.9] * DEFAULT.strict_windows)
+    for phase in (Phase.AEC3_COUNTS, Phase.MEASURING_AGAIN):
+        assert cut_in(DEFAULT, phase, speech, deque([None, None]), DEFAULT.strict_windows - 1) is None
+        cut = cut_in(DEFAULT, phase, speech, deque([None, None]), DEFAULT.strict_windows)
+        assert cut == CutIn(Rule.AEC3_ALONE, phase, pytest.approx(0.9), DEFAULT.strict_windows)
+    assert cut_in(DEFAULT, Phase.MEASURING_AGAIN, speech, deque([None, None]), None) is None
+
+
+def test_a_config_passed_in_changes_the_rule():
+    measures = _measures((-17.0, -2.0), (-16.0, -1.0))  # a rise of 8.5 dB
+    assert cut_in(DEFAULT, Phase.LEARNT, deque([0.9, 0.9]), measures, None) is None
+    assert cut_in(dataclasses.replace(DEFAULT, rise_db=6.0), Phase.LEARNT, deque([0.9, 0.9]), measures, None)
+
+
+# ---------------------------------------------------------------- a turn: its phases and its record
+
+
+class Speech:
+    """The agent's speech as the turn drives it; `stop` ends it."""
+
+    def __init__(self) -> None:
+        self.ended, self.error, self.played, self.on_open, self.stopped = threading.Event(), None, None, None, False
+
+    def start(self, text: str, speed: float) -> None: ...
+
+    def stop(self, wait_s: float) -> None:
+        self.stopped = True
+        self.ended.set()
+
+
+class Mic:
+    latency_s = 0.02
+
+    def __init__(self, count: int, during: Any) -> None:
+        self.count, self.during = count, during
+
+    def __iter__(self):
+        for i in range(self.count):
+            self.during(i)
+            yield np.full(512, i, dtype=np.int16)
+
+
+class TalksFrom:
+    """A VAD that hears speech from window `onset` on."""
+
+    def __init__(self, onset: int) -> None:
+        self.onset = onset
+
+    def reset(self) -> None: ...
+
+    def hear(self, window: Any, run: bool = True) -> tuple[float, float]:
+        return (1.0 if int(window[0]) >= self.onset else 0.0), -30.0
+
+
+class KeepsNear:
+    def clean(self, near: Any, far: Any) -> Any:
+        return near
+
+    def reset(self) -> None: ...
+
+
+class LearntFrom:
+    """An echo model learnt from window `learnt` on, the user unexplained from `user` on."""
+
+    resets = 0
+
+    def __init__(self, learnt: int, user: int) -> None:
+        self.learnt, self.user = learnt, user
+
+    def process(self, near: Any, far: Any) -> tuple[Any, Explained]:
+        i = int(near[0])
+        return near, Explained(-2.0 if i >= self.user else -25.0, -25.0, 0.0, i >= self.learnt)
+
+    def learn(self, near: Any, far: Any) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class FoundAt:
+    """A delay measurement that finds the echo in window `at`."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.lead_s, self.measured_lag_s, self.done = at, 0.15, None, False
+
+    @property
+    def collected_windows(self) -> int:
+        return 0
+
+    def restart(self) -> None: ...
+
+    def add(self, near: Any, far: Any) -> bool:
+        if self.done or int(near[0]) < self.at:
+            return False
+        self.done, self.measured_lag_s = True, 0.05
+        return True
+
+
+def _turn(caplog: pytest.LogCaptureFixture, onset: int, windows: int = 120) -> tuple[Any, Speech, list[int]]:
+    from mcp_listen.duplex.barge import BargeIn
+
+    clock = SimpleNamespace(now=1000.0)
+    playback = Speech()
+
+    def during(i: int) -> None:
+        clock.now = 1000.0 + (i + 1) * 0.032
+        if i == 5:  # the speaker opens: 20 s of speech handed over now
+            speaker = SimpleNamespace(device_rate=16000, tap=None)
+            playback.on_open(speaker)  # type: ignore[misc]
+            speaker.tap(np.full(16000 * 20, 1000, dtype=np.int16), clock.now, False)
+
+    turn = BargeIn(
+        playback,  # type: ignore[arg-type]
+        "Hello.",
+        1.0,
+        TalksFrom(onset),
+        KeepsNear(),
+        LearntFrom(learnt=60, user=onset),
+        clock=lambda: clock.now,
+        aligners=lambda: FoundAt(40),
+    )
+    with caplog.at_level(logging.DEBUG, logger="mcp_listen.duplex"):
+        heard = [int(w[0]) for w in turn.windows(Mic(windows, during), lambda: None)]
+    return turn, playback, heard
+
+
+def test_a_turn_logs_each_phase_it_enters_and_its_cut_in_once_as_fields(caplog):
+    turn, playback, heard = _turn(caplog, onset=100)
+    cut_at = 101  # the user's second window brings Silero's average over the span to the bar
+    assert playback.stopped and heard[0] == cut_at - DEFAULT.handover_windows + 1
+    changes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("echo path:")]
+    phases = [re.match(r"echo path: (\w+) -> (\w+)", m).groups() for m in changes]  # type: ignore[union-attr]
+    assert phases == [("waiting", "measuring"), ("measuring", "settling"), ("settling", "learnt"), ("learnt", "cut_in")]
+    assert "delay measured, 50 ms" in changes[1], changes
+    cut = turn.cut_in
+    assert cut.rule is Rule.DOUBLE_TALK and cut.phase is Phase.LEARNT and cut.span_windows == DEFAULT.onset_windows
+    assert cut.after_ms == (cut_at - 5) * 32  # the speaker opened at window 5
+    records = [r for r in caplog.records if r.getMessage().startswith("cut-in:")]
+    assert len(records) == 1 and records[0].levelno == logging.DEBUG
+    assert records[0].getMessage() == (
+        "cut-in: rule=double_talk after_ms=3072 phase=learnt probability=1.0 span_windows=2 rise_db=23.0 "
+        "level_db=0.0 clear=True"
+    )
+
+
+def test_who_ended_a_speech_is_the_user_when_they_cut_in_and_the_playback_s_own_reason_otherwise(caplog):
+    from mcp_listen.engine.speaking import ended_by
+
+    turn, _, _ = _turn(caplog, onset=100)
+    assert ended_by(SimpleNamespace(interrupted_by="cancel"), turn, True) == ("user", 3072)  # type: ignore[arg-type]
+    played_out, _, _ = _turn(caplog, onset=30000)
+    assert played_out.cut_in is None
+    assert ended_by(SimpleNamespace(interrupted_by=None), played_out, False) == (None, None)  # type: ignore[arg-type]
+    stopped = SimpleNamespace(interrupted_by="stop_speaking")
+    assert ended_by(stopped, played_out, True) == ("stop_speaking", None)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the wire
+
+
+def test_end_signal_joins_end_reason_only_when_smart_decided():
+    smart = Transcribed("Hi.", 900, "en", True, "silence", end_reason="complete", end_signal="words+voice")
+    plain = Transcribed("Hi.", 900, "en", True, "silence", end_reason="silence")
+    assert (wire(smart)["end_reason"], wire(smart)["end_signal"]) == ("complete", "words+voice")
+    assert "end_signal" not in wire(plain) and wire(plain)["end_reason"] == "silence"
+
+
+def test_spoken_says_who_cut_it_short_and_when_the_user_cut_in_only_when_they_did():
+    cut = wire(Spoken("v", 2410, 160, True, interrupted_by="user", cut_in_ms=2380))
+    assert (cut["interrupted_by"], cut["cut_in_ms"]) == ("user", 2380)
+    stopped = wire(Spoken("v", 900, 160, True, interrupted_by="stop_speaking"))
+    assert stopped["interrupted_by"] == "stop_speaking" and "cut_in_ms" not in stopped
+    assert list(wire(Spoken("v", 3000, 160, False))) == ["voice", "duration_ms", "first_audio_ms", "interrupted"]
+    assert set(limits.INTERRUPTED_BY) == {"user", "stop_speaking", "cancel"}
+
+
+@pytest.mark.parametrize(
+    ("end_of_turn", "verdict", "stopped_by", "reason", "signal"),
+    [
+        ("smart", ("finished", "words+voice"), "silence", "complete", "words+voice"),
+        ("smart", ("unfinished", "words"), "silence", "max_pause", "words"),
+        ("smart", None, "silence", "max_pause", "unjudged"),
+        ("smart", ("finished", "silence"), "silence", "silence", "silence"),
+        ("smart", ("finished", "voice"), "ceiling", "duration", None),
+        ("silence", ("finished", "words"), "silence", "silence", None),
+    ],
+)
+def test_the_end_signal_is_the_verdict_s_signal_under_smart_and_one_of_the_contract_s(
+    end_of_turn, verdict, stopped_by, reason, signal
+):
+    from mcp_listen.speech.ending import TurnEnding, Verdict
+
+    ending = TurnEnding(end_of_turn, 1000, 3000)
+    ending.silence_for(None if verdict is None else Verdict(verdict[0] == "finished", verdict[1]))
+    assert (ending.reason(stopped_by), ending.signal(stopped_by)) == (reason, signal)
+    assert signal is None or signal in limits.END_SIGNALS
