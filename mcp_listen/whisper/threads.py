@@ -52,6 +52,11 @@ GOOD_TO_RECOVER = 3
 MIN_TIMED_AUDIO_S = 1.0
 """Pieces shorter than this are dominated by fixed costs; their speed is not compared."""
 
+TAKEN_FROM = 0.75
+"""Other programs take a CPU from whisper once they use this much of one: a program spinning at nice 0
+reads 0.9-1.0, while a quiet machine's sound server, player and client read 0.0-0.1 and the odd
+burst 0.5 (which, rounded, took a thread on a quiet machine)."""
+
 MIN_READING_S = 0.1
 """Two CPU readings closer than this are too noisy to say what is busy: the last estimate stands."""
 
@@ -210,7 +215,8 @@ class ThreadPolicy:
         with self._lock:  # the phrase worker and a call's thread may ask at once: one reading each
             others = self._meter.others() if self._meter is not None else None
             self._measured = others is not None
-            free = self.ceiling if others is None else min(self.ceiling, int(self.cpus - others + 0.5))
+            taken = 0 if others is None else int(others + 1 - TAKEN_FROM)
+            free = min(self.ceiling, self.cpus - taken)
             threads = max(1, free - self._dropped)
             reason = f"{self.cpus} usable CPU{'s' if self.cpus != 1 else ''}"
             if others is not None:

@@ -239,3 +239,13 @@ def test_without_an_affinity_every_cpu_line_counts(stat, monkeypatch):
     meter = T.CpuMeter(str(stat.path), clock=lambda: stat.now, own_cpu_s=lambda: stat.own)
     stat.advance(1.0, {0: 1.0})
     assert meter.others() == pytest.approx(1.0, abs=0.05)
+
+
+def test_half_a_cpu_of_others_is_not_a_cpu_taken(stat):
+    """A quiet machine's odd burst (0.5 of a CPU over the last second) keeps every thread; a program
+    spinning at nice 0 (0.9 and more) takes one."""
+    p = policy(stat)
+    stat.advance(1.0, {0: 0.55})
+    assert p.choose().threads == 2
+    stat.advance(1.0, {0: 0.9})
+    assert p.choose().threads == 1
