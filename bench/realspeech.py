@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                ("--runs", 1, "passes over the clips per model"), ("--fresh", 3, "extra one-call servers per model"),
                ("--stop-runs", 1, "capture_audio passes for the stop time (0 skips)"),
                ("--threads", 2, "whisper threads; 0: the server's own choice per pass"),
+               ("--compare-threads", 0, "also measure each model on this fixed count, printed side by side"),
                ("--busy", 0, "programs spinning one core each during the run"), ("--busy-nice", 0, "their nice level"),
                ("--silence-ms", 1000, "silence_ms of every call"), ("--only", "", "comma-separated clip ids"),
                ("--json", ROOT / "bench" / "results-realspeech.json", "the report"))  # fmt: skip
@@ -174,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 report["stop"] = stop_times(rig, clips, opts)
             with busy_cpus(opts.busy, opts.busy_nice):
                 for model in opts.model:
-                    report["models"][model.stem.removeprefix("ggml-")] = measure(rig, model, entries, clips, opts)
+                    tag = model.stem.removeprefix("ggml-")
+                    report["models"][tag] = measure(rig, model, entries, clips, opts)
+                    if opts.compare_threads:
+                        rig.threads = opts.compare_threads  # the next servers' MCP_LISTEN_WHISPER_THREADS
+                        report["models"][f"{tag}@{opts.compare_threads}"] = measure(rig, model, entries, clips, opts)
+                        rig.threads = opts.threads
         finally:
             rig.close()
     report["targets"] = targets(report["models"])
@@ -190,6 +196,13 @@ def show(report: dict) -> None:
             ps = g["post_speech_warm_ms"]
             print(f"  {name:20} WER {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % (gap {g['wer_gap_points']}, "
                   f"{g['reference_words']} words); after the window median {ps.get('median')} p90 {ps.get('p90')} ms")  # fmt: skip
+    for tag, fixed in [(t.split("@")[0], t) for t in report["models"] if "@" in t]:
+        mine, theirs = (
+            report["models"][t]["groups"]["all_fixed_language"]["post_speech_warm_ms"] for t in (tag, fixed)
+        )
+        print(f"{tag}, after the window, median / p90: threads {report['config']['threads'] or 'chosen per pass'} "
+              f"{mine.get('median')} / {mine.get('p90')} ms; {fixed.split('@')[1]} threads {theirs.get('median')} / "
+              f"{theirs.get('p90')} ms")  # fmt: skip
 
 
 if __name__ == "__main__":
