@@ -256,9 +256,16 @@ async def test_a_prompt_of_32000_characters_reaches_ollama(vmic, tmp_path, model
     [("pipx/.cache/0123abcd", "pipx run mcp-listen"), ("uv/archive-v0/Xy12", "uvx mcp-listen")],
 )
 def test_remedies_name_the_runner_that_started_the_server(tmp_path, prefix, expected):
-    """A real virtual environment where pipx run / uvx put theirs: the remedy names that runner."""
+    """A real virtual environment where pipx run / uvx put theirs, with the mark each leaves (pipx's
+    pipx_metadata.json, the `uv` line of uv's pyvenv.cfg): the remedy names that runner."""
     venv = tmp_path / prefix
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    if expected.startswith("pipx"):
+        main = {"main_package": {"package_or_url": "mcp-listen"}}
+        (venv / "pipx_metadata.json").write_text(json.dumps(main), encoding="utf-8")
+    else:
+        with open(venv / "pyvenv.cfg", "a", encoding="utf-8") as cfg:
+            cfg.write("uv = 0.9.0\n")
     code = "from mcp_listen.errors import command; print(command('models', 'pull', 'base.en'))"
     env = server_env(PYTHONPATH=str(REPO))
     done = subprocess.run(

@@ -8,6 +8,7 @@ failed test instead of a dead test run.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -65,9 +66,11 @@ def test_jfk_word_for_word(loaded: T.Transcriber, model_path: Path, jfk: np.ndar
     assert W.usable_text(raw) == raw.strip()
 
 
-def test_a_busy_core_leaves_whisper_one_thread(model_path: Path, jfk: np.ndarray, tmp_path: Path) -> None:
+def test_a_busy_core_leaves_whisper_one_thread(
+    model_path: Path, jfk: np.ndarray, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The pass runs on the threads the policy chose from /proc/stat (one of two CPUs busy with another
-    program, written by the test) and its speed is recorded under that count."""
+    program, written by the test), and the DEBUG line of the pass says so and why."""
     from mcp_listen.whisper.threads import CpuMeter, ThreadPolicy
 
     stat, clock = tmp_path / "stat", [0.0]
@@ -78,8 +81,11 @@ def test_a_busy_core_leaves_whisper_one_thread(model_path: Path, jfk: np.ndarray
     policy = ThreadPolicy(cpus=2, meter=meter)
     tr = T.Transcriber(policy=policy)
     assert tr.threads == 2  # memory is sized for the most it may use
-    assert _words(tr.transcribe(jfk, path=model_path)) == _words(JFK_TEXT)
-    assert policy.timed() == {1: 1}
+    with caplog.at_level(logging.DEBUG, logger="mcp_listen.whisper.transcriber"):
+        assert _words(tr.transcribe(jfk, path=model_path)) == _words(JFK_TEXT)
+    passes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("whisper pass:")]
+    assert len(passes) == 1 and ", 1 threads (2 usable CPUs, 1.0 in use by other programs)" in passes[0], passes
+    assert policy.timed() == {}  # where other programs are seen, pass times teach the policy nothing
 
 
 def test_quiet_speech_is_lifted_by_conditioning(loaded: T.Transcriber, model_path: Path, jfk: np.ndarray) -> None:
