@@ -163,7 +163,8 @@ TOOLS = [
             "stop talking (or exactly duration_ms with stop_on_silence: false) and returns `transcription`. "
             "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
             "unclear to transcribe; ask the user to repeat. `end_reason` says how the turn ended: silence, complete "
-            "(the words were finished), max_pause (the user stopped mid-sentence for max_pause_ms) or duration. "
+            "(the words were finished), max_pause (end_of_turn smart held the pause, the words or the voice sounding "
+            "unfinished, until max_pause_ms) or duration. "
             "No audio file is kept."
         ),
         args=arguments.TranscribeArgs,
