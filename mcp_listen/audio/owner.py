@@ -281,15 +281,9 @@ def speaker_owned(folder: Path | None = None) -> Iterator[str | None]:
         yield None
         return
     byte = _byte(sound_server_key())
-    held: _Holds | None = None
-    warning = None
     with _MUTEX:
-        try:
-            held = _enter(folder)
-        except Unsafe as exc:
-            log.warning("speaker lock unusable: speaking without the one-speaker rule")
-            warning = str(exc)
-        else:
+        held, warning = _enter_or_warning(folder, "speaking")
+        if held is not None:
             if not held.speaking.get(byte):
                 _exclusive(held, byte)
             held.speaking[byte] = held.speaking.get(byte, 0) + 1
@@ -301,6 +295,16 @@ def speaker_owned(folder: Path | None = None) -> Iterator[str | None]:
                 held.speaking[byte] -= 1
                 held.settle(byte)
                 held.leave()
+
+
+def _enter_or_warning(folder: Path | None, doing: str) -> tuple[_Holds | None, str | None]:
+    """This process's holds in the lock folder, or (None, the warning) when the folder or file is not safe
+    and `doing` goes on without the rule. Called under _MUTEX."""
+    try:
+        return _enter(folder), None
+    except Unsafe as exc:
+        log.warning("speaker lock unusable: %s without the one-speaker rule", doing)
+        return None, str(exc)
 
 
 def _exclusive(held: _Holds, byte: int) -> None:
@@ -331,14 +335,8 @@ def listening(
         yield None
         return
     byte = _byte(sound_server_key())
-    held: _Holds | None = None
-    warning = None
     with _MUTEX:
-        try:
-            held = _enter(folder)
-        except Unsafe as exc:
-            log.warning("speaker lock unusable: listening without the one-speaker rule")
-            warning = str(exc)
+        held, warning = _enter_or_warning(folder, "listening")
     if held is not None:
         try:
             _shared(held, byte, stop, waiting, wait_s)
