@@ -4,7 +4,9 @@ The caller (the engine, synthesising sentence after sentence) hands arrays to `f
 come; the writer thread writes them into one PortAudio stream opened once at the voice's
 sample rate, so consecutive pieces join without a seam. It writes in blocks of BLOCK_MS and
 looks at the stop event between blocks: a cancel silences the device within about a block
-(the stream is aborted, its buffer dropped). As with the microphone (audio/microphone.py), the
+(the stream is aborted, its buffer dropped). A pause (barge-in, while it finds out whether the user
+really spoke) silences it the same way, keeps what the buffer held unheard, and a resume plays on
+from there. As with the microphone (audio/microphone.py), the
 thread that makes the blocking PortAudio calls holds the Recorder's PortAudio lock from before
 the open until the stream is closed.
 """
@@ -15,6 +17,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -128,8 +131,22 @@ class Speaker:
         reference (duplex/echo.py). Set before the first feed."""
         self.warning: str | None = None
         """Why the one-speaker rule between mcp-listen servers does not hold for this speech (audio/owner.py)."""
+        self._pause = threading.Event()
+        self._written: deque[Any] = deque(maxlen=round((MAX_DRAIN_S + LATENCY_S) * 1000 / BLOCK_MS) + 2)
+        """The last blocks written: a pause takes back what of them the device had not played yet."""
+        self._after_pause = False
+        self.paused_s = 0.0
+        """How long the speech was paused, in all."""
 
     # ------------------------------------------------------------------ the caller's side
+
+    def pause(self) -> None:
+        """Go quiet within a block, the speech kept where it was heard up to (`resume` plays on from there)."""
+        self._pause.set()
+
+    def resume(self) -> None:
+        """Play on from where the pause cut the speech."""
+        self._pause.clear()
 
     def open(self) -> None:
         """Take PortAudio, open the stream in the writer thread; bounded by OPEN_TIMEOUT_S and the stop event."""
@@ -247,25 +264,65 @@ class Speaker:
             try:
                 samples = self._queue.get(timeout=0.02)
             except queue.Empty:
-                if self._stopping():
+                if self._stopping() or not self._played_on_after_a_pause(stream):
                     return
                 continue
             if samples is _END:
                 return
             for start in range(0, len(samples), block):
-                if self._stopping():
+                if self._stopping() or not self._played_on_after_a_pause(stream):
                     return
-                piece = samples[start : start + block]
-                handed_at = time.monotonic()
-                self._plays_until = max(self._plays_until, handed_at) + len(piece) / self.device_rate
-                ran_dry = self._write(stream, piece) and self._frames > 0
-                self.underflows += ran_dry
-                if self.tap is not None:
-                    self.tap(piece, handed_at, ran_dry)
-                if self.first_audio_at is None:
-                    self.first_audio_at = time.monotonic()
-                    self.first_audio.set()
-                self._frames += min(block, len(samples) - start)
+                self._play(stream, samples[start : start + block])
+
+    def _play(self, stream: Any, piece: Any) -> None:
+        """Write one block, hand it to the tap, count it."""
+        handed_at = time.monotonic()
+        self._plays_until = max(self._plays_until, handed_at) + len(piece) / self.device_rate
+        ran_dry = self._write(stream, piece) and self._frames > 0
+        self.underflows += ran_dry
+        if self.tap is not None:  # after a pause the device starts afresh: a gap, as after running dry
+            self.tap(piece, handed_at, ran_dry or self._after_pause)
+        self._after_pause = False
+        self._written.append(piece)
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
+            self.first_audio.set()
+        self._frames += len(piece)
+
+    def _played_on_after_a_pause(self, stream: Any) -> bool:
+        """When a pause is asked: abort the stream (its buffer is dropped: quiet at once), wait for the resume,
+        start the stream again and write first what the abort dropped. False when stopped meanwhile."""
+        if not self._pause.is_set():
+            return True
+        paused_at = time.monotonic()
+        stream.abort(ignore_errors=True)
+        unheard = self._take_back(round(max(0.0, self._plays_until - paused_at) * self.device_rate))
+        self._plays_until = 0.0
+        while self._pause.is_set():
+            if self._stopping():
+                return False
+            time.sleep(0.01)
+        self.paused_s += time.monotonic() - paused_at
+        stream.start()
+        self._after_pause = True
+        for piece in unheard:
+            if self._stopping():
+                return False
+            self._play(stream, piece)
+        return True
+
+    def _take_back(self, frames: int) -> list[Any]:
+        """The last `frames` written (the device's buffer the abort dropped), uncounted, as blocks to write again."""
+        taken: list[Any] = []
+        while frames > 0 and self._written:
+            piece = self._written.pop()
+            if len(piece) > frames:
+                self._written.append(piece[: len(piece) - frames])
+                piece = piece[len(piece) - frames :]
+            taken.insert(0, piece)
+            frames -= len(piece)
+            self._frames -= len(piece)
+        return taken
 
     def _write(self, stream: Any, block: Any) -> bool:
         """One blocking write, timed for the caller's watchdog; True when the device had run dry."""
@@ -284,6 +341,10 @@ class Speaker:
         while time.monotonic() < until:
             if self._stopping():
                 return
+            if self._pause.is_set():
+                if not self._played_on_after_a_pause(stream):
+                    return
+                until = time.monotonic() + latency + BLOCK_MS / 1000
             time.sleep(0.01)
         self._blocked_since = time.monotonic()
         stream.stop()  # returns once the buffer has played out: the speech has left the device

@@ -110,6 +110,16 @@ class Playback:
         self.halt("cancel")
         self.ended.wait(wait_s)
 
+    def pause(self) -> None:
+        """Go quiet now, keeping the rest (barge-in, while it finds out whether the user really spoke)."""
+        if self._speaker is not None:
+            self._speaker.pause()
+
+    def resume(self) -> None:
+        """Play on from where `pause` cut the speech."""
+        if self._speaker is not None:
+            self._speaker.resume()
+
     def halt(self, by: str = "stop_speaking") -> None:
         """Stop the speech without waiting (stop_speaking marks it so at once; `ended` says when it let go)."""
         if self._halted_by is None:

@@ -767,6 +767,66 @@ def test_a_stopped_speech_counts_what_the_device_played_not_what_its_buffer_held
     near(cut.duration_ms, device.heard_ms, BLOCK_MS + late_ms, "played_ms against what the device played")
 
 
+class RecordingDevice(BufferedDevice):
+    """A BufferedDevice that keeps what it was given, and what of it an abort dropped unheard."""
+
+    def __init__(self, rate: int, latency: float) -> None:
+        super().__init__(rate, latency)
+        self.given: list[Any] = []
+        self.drops: list[int] = []
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.ends_at = 0.0
+
+    def write(self, block: Any) -> bool:
+        dry = super().write(block)
+        self.given.append(block.reshape(-1).copy())
+        return dry
+
+    def abort(self, ignore_errors: bool = True) -> None:
+        self.heard_ms = None
+        super().abort()
+        self.drops.append(round(max(0.0, self.ends_at - self.aborted_at) * self.rate))
+
+
+def test_a_paused_speech_goes_quiet_and_plays_on_from_the_first_sample_it_had_not_played():
+    """Barge-in pauses the speech while it finds out whether the user spoke: the abort drops the device's
+    buffer, so the resume must play that again, from the first sample unheard, and nothing twice."""
+    import numpy as np
+
+    from mcp_listen.audio import speaker as speakers
+
+    rate = 16000
+    device = RecordingDevice(rate, latency=0.2)
+    lock, stop = threading.Lock(), threading.Event()
+    speech = np.arange(rate * 2, dtype=np.int64).astype(np.int16)  # each sample names its place
+    taps: list[bool] = []
+    with speakers.speaker(lock, 3, rate, stop, lambda index, r: (device, r)) as out:
+        out.tap = lambda block, at, gap: taps.append(gap)
+        out.feed(speech)
+        while device.written < rate // 2:
+            time.sleep(0.005)
+        out.pause()
+        time.sleep(0.3)
+        quiet = device.written
+        before = len(device.given)
+        out.resume()
+        whole = out.finish()
+    given, dropped = np.concatenate(device.given), device.drops[0]
+    played_before = np.concatenate(device.given[:before])[: quiet - dropped]
+    played_after = np.concatenate(device.given[before:])
+    seam = int(played_after[0]) - len(played_before)  # the speaker's clock and the device's differ by a few samples
+    assert dropped > 0 and device.starts == 2, "the pause aborted a buffer that held sound, then started again"
+    assert np.array_equal(played_before, speech[: len(played_before)])
+    assert np.array_equal(played_after, speech[int(played_after[0]) :]), "it plays on in order to the end"
+    assert abs(seam) <= rate // 100, f"it plays on from the first sample unheard, not {seam} samples off"
+    assert abs(len(given) - len(speech) - dropped) <= rate // 100
+    assert abs(whole.frames - len(speech)) <= rate // 100 and not whole.interrupted and out.paused_s >= 0.25
+    assert taps.count(True) == 1 and taps[before], "the first block after the pause is a gap for the echo reference"
+
+
 def test_feeding_waits_while_more_than_the_lookahead_is_queued_and_a_stop_drops_the_rest(monkeypatch):
     import numpy as np
 
