@@ -146,6 +146,10 @@ class Spoken:
     """Who cut it short (limits.INTERRUPTED_BY); None when it played out."""
     cut_in_ms: int | None = None
     """The user cut in (barge-in): from the speech's first sound to their voice stopping it."""
+    paused_ms: int | None = None
+    """barge-in paused the speech for sounds that were not the user and it played on: how long it was quiet."""
+    pauses: int | None = None
+    """How often it paused so; None when it never did."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,11 @@ class SpokenPart(ToolResult):
     """Only when interrupted: who cut it short (user, stop_speaking, cancel)."""
     cut_in_ms: Optional[int] = None
     """Only when the user cut in: from the speech's first sound to their voice stopping it."""
+    paused_ms: Optional[int] = None
+    """Only when barge-in paused the speech for a sound that was not the user's speech (a clap, music, its
+    own echo) and it played on where it paused: how long it was quiet, in all."""
+    pauses: Optional[int] = None
+    """Only with paused_ms: how many times it paused so."""
 
 
 class StopSpeakingResult(ToolResult):
@@ -334,6 +343,11 @@ class SpeakResult(ToolResult):
     """Only when interrupted: who cut it short (user, stop_speaking, cancel)."""
     cut_in_ms: Optional[int] = None
     """Only when the user cut in: from the speech's first sound to their voice stopping it."""
+    paused_ms: Optional[int] = None
+    """Only when barge-in paused the speech for a sound that was not the user's speech (a clap, music, its
+    own echo) and it played on where it paused: how long it was quiet, in all."""
+    pauses: Optional[int] = None
+    """Only with paused_ms: how many times it paused so."""
     warning: Optional[str] = None
     """barge_in asked for but the echo canceller is missing: the speech played without listening."""
 
@@ -390,8 +404,8 @@ def _captured(result: Captured) -> dict[str, Any]:
 
 
 def _spoken(spoken: Spoken) -> dict[str, Any]:
-    """Spoken's fields; `played_ms`, `warning`, `interrupted_by` and `cut_in_ms` only when set."""
-    optional = ("played_ms", "warning", "interrupted_by", "cut_in_ms")
+    """Spoken's fields; `played_ms`, `warning`, `interrupted_by`, `cut_in_ms` and the pauses only when set."""
+    optional = ("played_ms", "warning", "interrupted_by", "cut_in_ms", "paused_ms", "pauses")
     return {k: v for k, v in vars(spoken).items() if v is not None or k not in optional}
 
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.duplex.config import DEFAULT, BargeInConfig
+from mcp_listen.duplex.confirm import AgentWords, Verdict, judge
 from mcp_listen.duplex.cut_in import CutIn, cut_in, pre_roll
 from mcp_listen.duplex.doubletalk import EchoModel, Explained
 from mcp_listen.duplex.echo import Canceller
@@ -48,53 +49,117 @@ class BargeIn(HalfDuplex):
         config: BargeInConfig = DEFAULT,
         clock: Clock = time.monotonic,
         aligners: Callable[[], Measuring] | None = None,
+        words: Callable[[Any], str] | None = None,
     ) -> None:
         super().__init__(playback, text, speed, clock)
         self.config = config
         self._vad = vad
+        self._words = words
+        """whisper on int16 samples (converse); None: Silero alone confirms the user (speak_text)."""
+        self.agent = AgentWords(text)
         canceller = canceller or Canceller()
         self.path = EchoPath(config, clock, canceller, echo_model or EchoModel(config.model), aligners)
         self.barged_at: float | None = None
         """The clock's time when the user's speech stopped the agent's; None when it played out."""
         self.cut_in: CutIn | None = None
         """Why it stopped, when the user cut in."""
+        self.pauses: list[Verdict] = []
+        """Every pause and its verdict: the last one confirmed when the user cut in, the others played on."""
+        self.paused_s = 0.0
+        """How long the agent was quiet, in all, for pauses that were not the user."""
+        self._recent: deque[tuple[Cleaned, float]] = deque(maxlen=config.handover_windows)
+        self._probabilities: deque[float] = deque(maxlen=max(config.onset_windows, config.strict_windows))
+        self._measures: deque[Explained | None] = deque(maxlen=config.onset_windows)
+        self._by_model = False
         playback.on_open = self.path.tap
 
     def windows(self, microphone: Microphone, on_listening: Callable[[], None]) -> Iterator[Any]:
-        """Start the speech; while it plays, look for the user in the cleaned windows and stop it when
-        they speak; then hand on every window from the start of their speech."""
+        """Start the speech; while it plays, look for the user in the cleaned windows, pause it when they seem
+        to speak and stop it once that is confirmed; then hand on every window from the start of their speech."""
         self._vad.reset()
         self.playback.start(self._text, self._speed)
         self._started = True
-        path, config = self.path, self.config
+        path = self.path
         path.latency_s = microphone.latency_s
-        recent: deque[Cleaned] = deque(maxlen=config.handover_windows)
-        probabilities: deque[float] = deque(maxlen=max(config.onset_windows, config.strict_windows))
-        measures: deque[Explained | None] = deque(maxlen=config.onset_windows)
         incoming = iter(microphone)
-        by_model = no_echo = False
+        handed: list[Any] | None = None
         for window in incoming:
             cleaned = path.clean(window)
             if self.playback.ended.is_set():
                 path.end(Phase.PLAYED_OUT)
                 yield from self._after_the_speech(window, incoming, microphone.latency_s, on_listening)
                 return
-            learnt = cleaned.explained is not None and cleaned.explained.learnt
-            if learnt != by_model:  # Silero's span starts afresh on the other signal
-                by_model = learnt
-                probabilities.clear()
-            recent.append(cleaned)
-            probabilities.append(self._vad.hear(cleaned.leftover if by_model else cleaned.aec3)[0])
-            measures.append(cleaned.explained)
-            cut = cut_in(config, path.phase, probabilities, measures, path.aec3_windows)
+            cut = self._judged(cleaned)
             if cut is not None:
-                no_echo = path.aligner.measured_lag_s is None
-                self._cut_in(cut, on_listening)
-                yield from pre_roll(list(recent), by_model, no_echo, config)
-                break
+                handed = self._paused_for(cut, incoming, on_listening)
+                if handed is not None:
+                    break
+        if handed is None:
+            return
+        yield from handed
         for window in incoming:
-            cleaned = path.clean(window)
-            yield cleaned.leftover if by_model or no_echo else cleaned.aec3
+            yield self._handed(path.clean(window))
+
+    def _judged(self, cleaned: Cleaned) -> CutIn | None:
+        """Silero on this window (the leftover while the echo model is learnt, AEC3's output otherwise: its
+        span starts afresh when that changes), then the cut-in rule."""
+        learnt = cleaned.explained is not None and cleaned.explained.learnt
+        if learnt != self._by_model:
+            self._by_model = learnt
+            self._probabilities.clear()
+        probability = self._vad.hear(cleaned.leftover if learnt else cleaned.aec3)[0]
+        self._recent.append((cleaned, probability))
+        self._probabilities.append(probability)
+        self._measures.append(cleaned.explained)
+        path = self.path
+        return cut_in(self.config, path.phase, self._probabilities, self._measures, path.aec3_windows)
+
+    def _paused_for(self, cut: CutIn, incoming: Iterator[Any], on_listening: Callable[[], None]) -> list[Any] | None:
+        """Pause the speech, hear `confirm_s` more, and judge (confirm.py): the windows to hand on from the user's
+        start when it was them (the speech stopped), None when it plays on."""
+        config, path = self.config, self.path
+        paused_at = self._clock()
+        self.playback.pause()
+        path.pause(paused_at)
+        no_echo = path.aligner.measured_lag_s is None
+        recent = list(self._recent)
+        handed = pre_roll([cleaned for cleaned, _ in recent], self._by_model, no_echo, config)
+        judged = min(len(handed), cut.span_windows + config.confirm_lead_windows)
+        speech = sum(p >= config.confirm_probability for _, p in recent[-judged:])
+        for window in incoming:
+            signal = self._handed(path.clean(window), no_echo)
+            handed.append(signal)
+            judged += 1
+            speech += self._vad.hear(signal)[0] >= config.confirm_probability
+            if self._clock() - paused_at >= config.confirm_s or self.playback.ended.is_set():
+                break
+        heard = None if self._words is None else self._words(_joined(handed[-judged:]))
+        verdict = judge(speech, heard, self.agent, config.confirm_speech_windows, config.confirm_words)
+        verdict = replace(verdict, quiet_ms=round((self._clock() - paused_at) * 1000))
+        self.pauses.append(verdict)
+        log.debug("pause: %s %s", cut.fields(), verdict.fields())
+        if verdict.confirmed:
+            self._cut_in(cut, paused_at, on_listening)
+            return handed
+        self._play_on(verdict, paused_at)
+        return None
+
+    def _play_on(self, verdict: Verdict, paused_at: float) -> None:
+        """Not the user: the speech plays on from where it paused, every span judged afresh."""
+        self.playback.resume()
+        self.paused_s += self._clock() - paused_at
+        self.path.resume(f"not the user ({verdict.reason}): playing on")
+        log.info("a sound over the speech was not the user (%s): it plays on", verdict.reason)
+        self._vad.reset()
+        self._probabilities.clear()
+        self._measures.clear()
+
+    def _handed(self, cleaned: Cleaned, no_echo: bool | None = None) -> Any:
+        """What the listener is given of a window once the user cut in: what the echo model leaves while it
+        decided (or the microphone itself, with no echo), AEC3's output otherwise."""
+        if no_echo is None:
+            no_echo = self.path.aligner.measured_lag_s is None
+        return cleaned.leftover if self._by_model or no_echo else cleaned.aec3
 
     def _after_the_speech(
         self, window: Any, incoming: Iterator[Any], latency: float, on_listening: Callable[[], None]
@@ -129,13 +194,20 @@ class BargeIn(HalfDuplex):
             return None
         return self.barged_at - far.started_at
 
-    def _cut_in(self, cut: CutIn, on_listening: Callable[[], None]) -> None:
-        self.barged_at = self._clock()
+    def _cut_in(self, cut: CutIn, paused_at: float, on_listening: Callable[[], None]) -> None:
+        """The user's speech is confirmed: the paused speech stops for good; they cut in when it went quiet."""
+        self.barged_at = paused_at
         self.playback.stop(STOP_WAIT_S)
-        self.path.end(Phase.CUT_IN, self._clock())
+        self.path.end(Phase.CUT_IN, paused_at)
         after = self.cut_in_after_s
         self.cut_in = replace(cut, after_ms=None if after is None else round(after * 1000))
-        log.info("the user spoke over the speech %.2f s in (by %s): it stopped", after or 0.0, cut.rule.said)
+        log.info("the user spoke over the speech %.2f s in (by %s, confirmed): it stopped", after or 0.0, cut.rule.said)
         log.debug("cut-in: %s", self.cut_in.fields())
         self.listening_after_s = None
         on_listening()
+
+
+def _joined(windows: list[Any]) -> Any:
+    import numpy as np
+
+    return np.concatenate(windows) if windows else np.zeros(0, np.int16)

@@ -163,10 +163,24 @@ class BargeInConfig:
     before the rule was met; the listener's own onset decides where their speech starts."""
     onset_lookback_windows: int = 32
     """How far before the cut-in (1 s) the user's first rise over the echo is looked for (pre_roll)."""
+    confirm_s: float = 0.5
+    """A cut-in pauses the agent; this long after the pause the user's speech is confirmed (it stops for
+    good) or not (it plays on). LiveKit waits 0.5 s of speech before it interrupts."""
+    confirm_lead_windows: int = 6
+    """Windows before the rule's own span judged with the pause: the user's first syllable (192 ms)."""
+    confirm_speech_windows: int = 6
+    """Of those and the pause's, the windows Silero must hear as speech (192 ms): a clap or a click fires
+    the onset over the echo, but does not go on sounding like speech once the agent is quiet."""
+    confirm_probability: float = 0.5
+    """Silero's probability from which a window counts as speech for the confirmation."""
+    confirm_words: int = 1
+    """With whisper (converse): the words heard that are the user's (not the agent's, not noise) needed."""
     delay: DelayConfig = field(default_factory=DelayConfig)
     model: EchoModelConfig = field(default_factory=EchoModelConfig)
 
     def __post_init__(self) -> None:
+        _check(self, counts=("confirm_lead_windows", "confirm_speech_windows", "confirm_words"))
+        _check(self, shares=("confirm_probability",), positive=("confirm_s",))
         _check(self, counts=("onset_windows", "strict_windows", "converged_windows", "replay_windows"))
         _check(self, counts=("replay_passes", "handover_windows", "onset_lookback_windows"))
         _check(self, shares=("onset_probability", "strict_probability"))

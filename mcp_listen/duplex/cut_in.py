@@ -13,7 +13,7 @@ Which rule counts depends on the phase (path.py; docs/turn-taking.md has the tab
 - otherwise, once AEC3 has learnt the path (`aec3_counts`, or while measuring again after it), the rule
   on AEC3 alone: Silero averages `strict_probability` over `strict_windows` of AEC3's output, counting
   only windows heard since AEC3 counts.
-- `waiting`, `measuring`, `settling`: nothing counts.
+- `waiting`, `measuring`, `settling`, `paused`: nothing counts.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def cut_in(
     """The rule the phase calls for (the module's docstring), on Silero's last probabilities (of the
     leftover while the model is learnt, of AEC3's output otherwise), the echo model's last measures and
     the windows heard since the rule on AEC3 alone counts (None: it does not)."""
-    if phase in (Phase.WAITING, Phase.MEASURING):
+    if phase in (Phase.WAITING, Phase.MEASURING, Phase.PAUSED):
         return None
     if phase in (Phase.LEARNT, Phase.HEADPHONES):
         return over_the_echo(config, phase, probabilities, measures, echo=phase is Phase.LEARNT)

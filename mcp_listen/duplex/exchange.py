@@ -55,6 +55,10 @@ class Speech(Protocol):
 
     def stop(self, wait_s: float) -> None: ...
 
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
 
 class Microphone(Protocol):
     """The open microphone (audio.microphone's stream): its windows, and PortAudio's input latency."""

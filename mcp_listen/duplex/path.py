@@ -13,6 +13,7 @@ The phases, in the order an exchange usually meets them (docs/turn-taking.md):
 - `learnt`: the echo model has learnt the path: the double-talk rule counts.
 - `measuring_again`: the model stayed unlearnt for `relearn_s`, ran away, or the speaker ran dry: the
   delay is measured again beside the one in use, which stays until a new one is found.
+- `paused`: a cut-in paused the speech while the user's speech is confirmed (confirm.py); nothing counts.
 - `cut_in`, `played_out`: the user stopped the speech, or it played to its end.
 
 The phase is worked out from the path's state after every window and changed only in `_enter`, which
@@ -45,6 +46,7 @@ class Phase(Enum):
     AEC3_COUNTS = "aec3_counts"
     LEARNT = "learnt"
     MEASURING_AGAIN = "measuring_again"
+    PAUSED = "paused"
     CUT_IN = "cut_in"
     PLAYED_OUT = "played_out"
 
@@ -147,6 +149,7 @@ class EchoPath:
         self._strict_from: int | None = None
         """The first window the rule on AEC3 alone counts (AEC3 has learnt the path); None until then."""
         self.phase = Phase.WAITING
+        self._paused = False
         self._why: list[str] = []
         """What happened since the phase last changed, for its log line."""
 
@@ -212,10 +215,25 @@ class EchoPath:
             self.far.cut(at)
         self._enter(phase)
 
+    def pause(self, at: float) -> None:
+        """A cut-in paused the speech at `at`: what the speaker held beyond it is played again on a resume."""
+        if self.far is not None:
+            self.far.cut(at)
+        self._paused = True
+        self._enter(Phase.PAUSED)
+
+    def resume(self, why: str) -> None:
+        """The pause was not the user: the speech plays on (the reference follows it as after a gap)."""
+        self._paused = False
+        self._why.append(why)
+        self._enter(self._phase_now())
+
     def _phase_now(self) -> Phase:
         """The phase the path's state puts it in (the module's docstring)."""
         if self.phase in ENDED:
             return self.phase
+        if self._paused:
+            return Phase.PAUSED
         if self.far is None:
             return Phase.WAITING
         if self.aligned_window is None:

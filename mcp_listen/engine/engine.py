@@ -45,6 +45,7 @@ from mcp_listen.contract.results import (
     Transcribed,
 )
 from mcp_listen.duplex.barge import BargeIn
+from mcp_listen.duplex.confirm import AgentWords
 from mcp_listen.duplex.exchange import HalfDuplex
 from mcp_listen.engine import memory, speaking
 from mcp_listen.engine.parts import (
@@ -377,7 +378,11 @@ class Engine:
         session, worker = self._whisper_for(args, cancel)
         playback = self.speech.playback(voice, output.index, cancel, self.recorder.portaudio.shared)
         barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
-        exchange, warning = self.speech.exchange(playback, args.text, args.speed, barge_in)
+        language = self.language(args)
+        confirm = lambda samples: session.transcribe(samples, "", language)[0]  # noqa: E731 - barge-in's confirmation
+        exchange, warning = self.speech.exchange(playback, args.text, args.speed, barge_in, confirm)
+        if isinstance(exchange, BargeIn):
+            session.preload()  # a pause for a sound that is not the user must not wait for the model to load
         self.speech.after_a_stop()
         try:
             with self.recorder.claimed("converse", stop=cancel) as claim, self.speech.now.during(playback):
@@ -393,6 +398,8 @@ class Engine:
         finally:
             exchange.close()
         words = self._words_of(heard, worker, plan, progress)
+        if words.text:  # a run of the agent's own words at its start is its echo (a speaker later than measured)
+            words = replace(words, text=AgentWords(args.text).taken_off(words.text) or None)
         warning = speaking.joined(warning, playback.warning)
         if warning is not None:
             words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")

@@ -34,12 +34,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+Words = Callable[[Any], str]
+"""whisper on int16 samples: what barge-in confirms the user's speech by (converse)."""
+
+
 class Duplexing(Protocol):
     """Speaking while listening (duplex.Duplex): whether its echo canceller is installed, and a barge-in exchange."""
 
     def available(self) -> bool: ...
 
-    def barge_in(self, playback: Speech, text: str, speed: float, vad: VoiceDetector) -> BargeIn: ...
+    def barge_in(
+        self, playback: Speech, text: str, speed: float, vad: VoiceDetector, words: Words | None = None
+    ) -> BargeIn: ...
 
 
 class Duplex:
@@ -51,9 +57,11 @@ class Duplex:
     def available(self) -> bool:
         return echo.available()
 
-    def barge_in(self, playback: Speech, text: str, speed: float, vad: VoiceDetector) -> BargeIn:
+    def barge_in(
+        self, playback: Speech, text: str, speed: float, vad: VoiceDetector, words: Words | None = None
+    ) -> BargeIn:
         """The exchange; raises ImportError, OSError or RuntimeError when the canceller's library fails to start."""
-        return BargeIn(playback, text, speed, vad, config=self.config)
+        return BargeIn(playback, text, speed, vad, config=self.config, words=words)
 
 
 class WindowSource(Protocol):

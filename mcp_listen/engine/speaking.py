@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from mcp_listen.contract.results import AnyOf, Cancel, Spoken, Stopped
 from mcp_listen.duplex import echo
 from mcp_listen.duplex.barge import BargeIn
 from mcp_listen.duplex.exchange import HalfDuplex
-from mcp_listen.engine.parts import Duplex, Duplexing
+from mcp_listen.engine.parts import Duplex, Duplexing, Words
 from mcp_listen.engine.playback import Playback
 from mcp_listen.errors import Cancelled, CaptureError, InvalidArgument
 from mcp_listen.speech.listener import VoiceDetector
@@ -224,9 +225,10 @@ class SpeechOutput:
         cut_in = exchange is not None and exchange.barged_at is not None
         interrupted = played.interrupted or cut_in
         by, at = ended_by(playback, exchange, interrupted)
-        return Spoken(
+        spoken = Spoken(
             voice.name, played.duration_ms, first, interrupted, warning=warning, interrupted_by=by, cut_in_ms=at
         )
+        return with_pauses(spoken, exchange)
 
     def _listen_while_speaking(
         self, exchange: BargeIn, microphone: Any, playback: Playback, on: ExitStack
@@ -321,7 +323,7 @@ class SpeechOutput:
         return out.write(_joined(pieces), voice.sample_rate)
 
     def exchange(
-        self, playback: Playback, text: str, speed: float | None, barge_in: bool
+        self, playback: Playback, text: str, speed: float | None, barge_in: bool, words: Words | None = None
     ) -> tuple[HalfDuplex, str | None]:
         """The exchange converse takes: half-duplex, or with barge-in when it is asked for and the echo
         canceller is there; without it, half-duplex and a warning, never an exchange that hears the
@@ -331,7 +333,7 @@ class SpeechOutput:
         if not self.duplex.available():
             log.warning("barge-in asked for, but the echo canceller is not installed: listening after the speech")
             return HalfDuplex(playback, text, speed_of(speed)), echo.ECHO_UNAVAILABLE
-        exchange, failed = self.barge_in_exchange(playback, text, speed_of(speed))
+        exchange, failed = self.barge_in_exchange(playback, text, speed_of(speed), words)
         if exchange is None:
             return HalfDuplex(playback, text, speed_of(speed)), CANCELLER_FAILED.format(reason=failed)
         return exchange, None
@@ -344,11 +346,14 @@ class SpeechOutput:
             return asked
         return self.settings.defaults.barge_in and wait is not False
 
-    def barge_in_exchange(self, playback: Playback, text: str, speed: float) -> tuple[BargeIn | None, str | None]:
+    def barge_in_exchange(
+        self, playback: Playback, text: str, speed: float, words: Words | None = None
+    ) -> tuple[BargeIn | None, str | None]:
         """The barge-in exchange, or None and why when its echo canceller (a native library) or its onset
-        detector fails to start: a broken install must not fail every call while barge-in is on by default."""
+        detector fails to start: a broken install must not fail every call while barge-in is on by default.
+        With `words` (whisper, converse) the user's speech is confirmed by their words, else by Silero alone."""
         try:
-            return self.duplex.barge_in(playback, text, speed, self.onset_detector()), None
+            return self.duplex.barge_in(playback, text, speed, self.onset_detector(), words), None
         except (ImportError, OSError, RuntimeError) as exc:
             log.warning(
                 "barge-in's echo canceller failed to start (%s): speaking without listening", type(exc).__name__
@@ -370,7 +375,18 @@ def spoken(playback: Playback, exchange: HalfDuplex, received: float) -> Spoken:
         return Spoken(voice, 0, None, interrupted=False)
     by, at = ended_by(playback, exchange, played.interrupted)
     first = ms_between(received, played.first_audio_at)
-    return Spoken(voice, played.duration_ms, first, played.interrupted, interrupted_by=by, cut_in_ms=at)
+    spoken = Spoken(voice, played.duration_ms, first, played.interrupted, interrupted_by=by, cut_in_ms=at)
+    return with_pauses(spoken, exchange)
+
+
+def with_pauses(spoken: Spoken, exchange: HalfDuplex | None) -> Spoken:
+    """`spoken` with barge-in's pauses for sounds that were not the user (it played on after each)."""
+    if not isinstance(exchange, BargeIn):
+        return spoken
+    played_on = [verdict for verdict in exchange.pauses if not verdict.confirmed]
+    if not played_on:
+        return spoken
+    return replace(spoken, paused_ms=round(exchange.paused_s * 1000), pauses=len(played_on))
 
 
 def ended_by(playback: Playback, exchange: HalfDuplex | None, interrupted: bool) -> tuple[str | None, int | None]:

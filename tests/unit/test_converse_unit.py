@@ -67,6 +67,12 @@ class FakePlayback:
         self.stopped = True
         self.ended.set()
 
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
     def end(self, at: float) -> None:
         self.played = SimpleNamespace(ended_at=at)
         self.ended.set()

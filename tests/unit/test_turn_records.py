@@ -103,6 +103,12 @@ class Speech:
         self.stopped = True
         self.ended.set()
 
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
 
 class Mic:
     latency_s = 0.02
@@ -171,7 +177,28 @@ class FoundAt:
         return True
 
 
-def _turn(caplog: pytest.LogCaptureFixture, onset: int, windows: int = 120) -> tuple[Any, Speech, list[int]]:
+class HearsIn:
+    """A VAD that hears speech in the windows numbered in `speech`."""
+
+    def __init__(self, speech: set[int]) -> None:
+        self.speech = speech
+
+    def reset(self) -> None: ...
+
+    def hear(self, window: Any, run: bool = True) -> tuple[float, float]:
+        return (1.0 if int(window[0]) in self.speech else 0.0), -30.0
+
+
+def _turn(
+    caplog: pytest.LogCaptureFixture,
+    onset: int,
+    windows: int = 120,
+    speech: set[int] | None = None,
+    words: Any = None,
+    text: str = "Hello.",
+) -> tuple[Any, Speech, list[int]]:
+    """A turn whose echo model has learnt the path from window 60, the user (whom the model cannot explain)
+    from `onset` on; Silero hears speech from `onset` on, or in the windows of `speech`."""
     from mcp_listen.duplex.barge import BargeIn
 
     clock = SimpleNamespace(now=1000.0)
@@ -186,13 +213,14 @@ def _turn(caplog: pytest.LogCaptureFixture, onset: int, windows: int = 120) -> t
 
     turn = BargeIn(
         playback,  # type: ignore[arg-type]
-        "Hello.",
+        text,
         1.0,
-        TalksFrom(onset),
+        TalksFrom(onset) if speech is None else HearsIn(speech),  # type: ignore[arg-type]
         KeepsNear(),
         LearntFrom(learnt=60, user=onset),
         clock=lambda: clock.now,
         aligners=lambda: FoundAt(40),
+        words=words,
     )
     with caplog.at_level(logging.DEBUG, logger="mcp_listen.duplex"):
         heard = [int(w[0]) for w in turn.windows(Mic(windows, during), lambda: None)]
@@ -205,7 +233,13 @@ def test_a_turn_logs_each_phase_it_enters_and_its_cut_in_once_as_fields(caplog):
     assert playback.stopped and heard[0] == cut_at - DEFAULT.handover_windows + 1
     changes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("echo path:")]
     phases = [re.match(r"echo path: (\w+) -> (\w+)", m).groups() for m in changes]  # type: ignore[union-attr]
-    assert phases == [("waiting", "measuring"), ("measuring", "settling"), ("settling", "learnt"), ("learnt", "cut_in")]
+    assert phases == [
+        ("waiting", "measuring"),
+        ("measuring", "settling"),
+        ("settling", "learnt"),
+        ("learnt", "paused"),
+        ("paused", "cut_in"),
+    ]
     assert "delay measured, 50 ms" in changes[1], changes
     cut = turn.cut_in
     assert cut.rule is Rule.DOUBLE_TALK and cut.phase is Phase.LEARNT and cut.span_windows == DEFAULT.onset_windows
@@ -228,6 +262,61 @@ def test_who_ended_a_speech_is_the_user_when_they_cut_in_and_the_playback_s_own_
     assert ended_by(SimpleNamespace(interrupted_by=None), played_out, False) == (None, None)  # type: ignore[arg-type]
     stopped = SimpleNamespace(interrupted_by="stop_speaking")
     assert ended_by(stopped, played_out, True) == ("stop_speaking", None)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the pause, then the verdict
+
+
+def test_a_sound_that_stops_sounding_like_speech_pauses_the_agent_who_then_plays_on(caplog):
+    """A clap over the echo fires the 64 ms onset rule; once the agent is quiet it no longer sounds like speech,
+    so the speech plays on where it paused, and the result can say for how long it was quiet."""
+    turn, playback, heard = _turn(caplog, onset=100, windows=150, speech={100, 101})
+    assert not playback.stopped and playback.paused is False and turn.cut_in is None
+    (verdict,) = turn.pauses
+    assert not verdict.confirmed and verdict.speech_windows == 2 and verdict.words is None
+    assert turn.paused_s == pytest.approx(DEFAULT.confirm_s, abs=0.04)
+    assert heard == [], "nothing is handed on while the speech plays"
+    phases = [m for r in caplog.records if (m := r.getMessage()).startswith("echo path:")]
+    assert any(m.startswith("echo path: paused -> learnt (not the user (Silero heard speech in 2") for m in phases)
+
+
+def test_the_agents_own_words_or_noise_never_confirm_a_pause_and_the_users_words_do(caplog):
+    """Silero hears speech all through the pause in each case; only whisper's words tell the agent's own voice
+    (an echo later than the canceller looks, the agent's text read by another voice) from the user's."""
+    text = "The meeting moved to Thursday evening."
+    heard_as = {"own": "the meeting moved to thursday", "noise": "[Music] Thank you.", "user": "Wait, not Thursday."}
+    verdicts = {}
+    for name, said in heard_as.items():
+        turn, playback, _ = _turn(caplog, onset=100, windows=140, words=lambda samples, said=said: said, text=text)
+        verdicts[name] = (playback.stopped, turn.pauses[0].confirmed, turn.pauses[0].own_words)
+    assert verdicts == {"own": (False, False, 5), "noise": (False, False, 2), "user": (True, True, 1)}
+    assert not any("Thursday" in r.getMessage() or "Wait" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("heard", "agent", "words", "own"),
+    [
+        ("(applause) ♪", "Hello there.", 0, 0),
+        ("Okay, Thurzday evening", "Okay, Thursday evening.", 3, 3),  # whisper's spelling is still the agent's
+        ("No. Stop!", "Thursday evening.", 2, 0),
+        ("you", "Thursday evening.", 1, 1),
+    ],
+)
+def test_a_verdict_counts_the_words_heard_and_which_were_the_agents_or_noise(heard, agent, words, own):
+    from mcp_listen.duplex.confirm import AgentWords, judge
+
+    verdict = judge(10, heard, AgentWords(agent), 6, 1)
+    assert (verdict.words, verdict.own_words, verdict.confirmed) == (words, own, words - own >= 1)
+    assert not judge(5, "No. Stop!", AgentWords(agent), 6, 1).confirmed, "Silero's windows are needed too"
+
+
+def test_the_agents_echo_is_taken_off_the_front_of_an_answer_and_nothing_else():
+    from mcp_listen.duplex.confirm import AgentWords
+
+    agent = AgentWords("Shall I move the meeting to Thursday evening?")
+    assert agent.taken_off("Thursday evening? No, Friday.") == "No, Friday."
+    assert agent.taken_off("Thursday is fine.") == "Thursday is fine.", "one word of the agent's may be the user's"
+    assert agent.taken_off("No, Thursday evening.") == "No, Thursday evening."
 
 
 # ---------------------------------------------------------------- the wire
