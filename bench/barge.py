@@ -50,6 +50,23 @@ CONDITIONS = {
 }  # fmt: skip
 """The issue's rig: (a) full level, no delay; (b) room-like paths, 30-120 ms, -6 to 0 dB, reverberation;
 (c) steady room noise at 20 dB SNR (to the user's speech)."""
+SOUNDS = {
+    "claps": ("sox", "synth 0.04 pinknoise fade q 0.001 0.04 0.035 pad 0 0.3 repeat 7"),
+    "tone sweep": ("sox", "synth 2.5 sine 300-3400"),
+    "noise bursts": ("sox", "synth 0.25 pinknoise pad 0 0.25 repeat 5"),
+    "plucked music": ("sox", " ".join(f"synth 0.35 pluck {f} :" for f in (262, 330, 392, 523, 392, 330, 294, 349))[:-2]),
+    "a TV, 15 dB under the echo": ("espeak-ng", "Tonight's weather: rain in the north and sunshine across the south."),
+    "the agent's text, another voice": ("espeak-ng", " ".join(SENTENCES[1:3])),
+}  # fmt: skip
+"""The interferers of the adversarial run, made with sox and espeak-ng, each played 4 s into a speech at full
+level with no delay, as loud as the user (the TV 15 dB quieter than the echo)."""
+ECHOES = {
+    "echo 0.6 s late": {"delay_ms": 600, "gain_db": 0.0, "reverb": False, "noise_snr_db": None},
+    "echo 1 s late": {"delay_ms": 1000, "gain_db": 0.0, "reverb": False, "noise_snr_db": None},
+    "echo clipped, +18 dB": {"delay_ms": 0, "gain_db": 18.0, "reverb": False, "noise_snr_db": None},
+}  # fmt: skip
+"""The agent's own voice where the canceller does not expect it: later than the delay PortAudio reports
+(Bluetooth, HDMI, network sinks) and clipped at the microphone."""
 USER_LEVEL_DBFS = -20.0
 """The user's voice at the microphone (RMS while speaking): the agent's speech as played is at about the
 same level (-20 dBFS), so at "full level" the echo is as loud as the user, and 6 dB quieter at -6 dB."""
@@ -83,8 +100,10 @@ def echo(played16: Any, ir: Any, length: int, start: int) -> Any:
     return np.pad(out, (start, max(0, length - start - n)))[:length]
 
 
-def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: Any = None) -> dict[str, Any]:
-    """One converse turn with barge-in, simulated: returns when it stopped, what it handed on, and how long it took."""
+def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: Any = None, words: Any = None) -> dict:
+    """One converse turn with barge-in, simulated: returns when it went quiet for good, what it handed on, its
+    pauses for sounds that were not the user, and how long it took. The speaker plays the speech in segments
+    (a pause cuts one, a resume starts the next from the first block not heard); the microphone hears their echo."""
     import dataclasses
 
     import soxr
@@ -92,78 +111,114 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: An
     from mcp_listen.duplex.barge import BargeIn
     from mcp_listen.duplex.config import DEFAULT
 
-    far22, path, user, user_at, noise = case["far"], case["room"], case["user"], case["user_at"], case["noise"]
+    far22, path, user, user_at = case["far"], case["room"], case["user"], case["user_at"]
     far16 = soxr.resample(far22.astype(np.float32), VOICE_RATE, RATE).astype(np.float64)
-    speech_s = len(far22) / VOICE_RATE
-    length = int((speech_s + 4.0) * RATE)
-    start_s = 0.1  # the first block is handed to the speaker 0.1 s after the microphone opened
-    offset = int(start_s * RATE)
-    near_echo = echo(far16, path, length, offset)
-    near = near_echo.copy()
-    if user is not None:
-        near[user_at : user_at + len(user)] += user[: max(0, length - user_at)]
-    if noise is not None:
-        near += noise[:length]
+    block, block16 = int(BLOCK_S * VOICE_RATE), int(BLOCK_S * RATE)
+    blocks, length = -(-len(far22) // block), int((len(far22) / VOICE_RATE + 5.0) * RATE)
+    others = np.zeros(length)
+    for sound, at in ((user, user_at), (case.get("interferer"), case.get("interferer_at", 0))):
+        if sound is not None:
+            others[at : at + len(sound)] += sound[: max(0, length - at)]
+    if case["noise"] is not None:
+        others += case["noise"][:length]
     begin = clock.now
-    state = SimpleNamespace(stopped_at=None, tap=None, blocks=0)
+    s = SimpleNamespace(segments=[[0, blocks, begin + 0.1]], tap=None, tapped=0, paused=False, stopped_at=None)
     playback = SimpleNamespace(ended=threading.Event(), error=None, played=None, on_open=None)
+    near = np.zeros(length)
+
+    def heard() -> None:
+        """The echo of every segment played so far, and the other sounds."""
+        played = np.zeros(length)
+        for first, last, at in s.segments:
+            start = int((at - begin) * RATE)
+            piece = far16[first * block16 : last * block16][: max(0, length - start)]
+            played[start : start + len(piece)] += piece
+        near[:] = echo(played, path, length, 0) + others
+
+    def cut(at: float) -> None:
+        """The speaker goes quiet one block after `at`: the blocks not heard by then are played again on a resume."""
+        first, last, seg_at = s.segments[-1]
+        s.segments[-1][1] = min(last, first + max(0, int(np.ceil((at + BLOCK_S - seg_at) / BLOCK_S))))
+        s.tapped = s.segments[-1][1]
+        heard()
 
     def start(text: str, speed: float) -> None:
         speaker = SimpleNamespace(device_rate=VOICE_RATE, tap=None)
         playback.on_open(speaker)
-        state.tap = speaker.tap
+        s.tap = speaker.tap
 
     def stop(wait_s: float) -> None:
-        state.stopped_at = clock.now
-        stop_sample = int((clock.now - begin + BLOCK_S) * RATE)  # one block more reaches the air
-        played = far16[: max(0, stop_sample - offset)]
-        near[:] = echo(played, path, length, offset) + (near - near_echo)
+        s.stopped_at = clock.now
+        if not s.paused:
+            cut(clock.now)
         playback.played = SimpleNamespace(ended_at=clock.now + BLOCK_S)
         playback.ended.set()
 
-    playback.start, playback.stop = start, stop
+    def pause() -> None:
+        s.paused = True
+        cut(clock.now)
+
+    def resume() -> None:
+        s.paused = False
+        s.segments.append([s.tapped, blocks, clock.now])
+        heard()
+
+    playback.start, playback.stop, playback.pause, playback.resume = start, stop, pause, resume
+    heard()
     inner, model = parts(option)
     canceller = RecordingCanceller(inner)
     config = config or DEFAULT
     if model is not None:  # no model to relearn: the rule on the canceller decides, the delay never measured again
         config = dataclasses.replace(config, relearn_s=NEVER_S)
-    turn = BargeIn(playback, "", 1.0, vad, canceller, model, config=config, clock=clock.monotonic)  # type: ignore[arg-type]
-    block = int(BLOCK_S * VOICE_RATE)
+    turn = BargeIn(
+        playback, case["text"], 1.0, vad, canceller, model, config=config, clock=clock.monotonic, words=words
+    )  # type: ignore[arg-type]
 
     def microphone():
         """The windows, each on arrival; meanwhile the speaker writes its blocks SPEAKER_BUFFER_S before they
         are heard (its buffer is full once playing), and the speech ends when its last block was heard."""
-        end_s = start_s + len(far22) / VOICE_RATE
         for i in range(length // WINDOW):
             clock.now = begin + (i + 1) * WINDOW / RATE + INPUT_LATENCY_S  # the window's arrival
             heard_until = clock.now - INPUT_LATENCY_S
-            while state.tap is not None and state.stopped_at is None and state.blocks * block < len(far22):
-                k = state.blocks
-                heard_at = begin + start_s + k * BLOCK_S
+            first, last, seg_at = s.segments[-1]
+            while s.tap is not None and s.stopped_at is None and not s.paused and s.tapped < last:
+                k = s.tapped
+                heard_at = seg_at + (k - first) * BLOCK_S
                 if heard_at - SPEAKER_BUFFER_S > heard_until:
                     break
-                state.tap(
-                    far22[k * block : (k + 1) * block], heard_at if k == 0 else heard_at - SPEAKER_BUFFER_S, False
+                s.tap(
+                    far22[k * block : (k + 1) * block],
+                    heard_at if k == first else heard_at - SPEAKER_BUFFER_S,
+                    k == first > 0,
                 )
-                state.blocks += 1
-            if state.stopped_at is None and not playback.ended.is_set() and heard_until >= begin + end_s:
-                playback.played = SimpleNamespace(ended_at=begin + end_s)
+                s.tapped += 1
+            end_at = seg_at + (last - first) * BLOCK_S
+            if (
+                s.stopped_at is None
+                and not s.paused
+                and not playback.ended.is_set()
+                and heard_until >= end_at
+                and last == blocks
+            ):
+                playback.played = SimpleNamespace(ended_at=end_at)
                 playback.ended.set()
             yield np.clip(near[i * WINDOW : (i + 1) * WINDOW], -32768, 32767).astype(np.int16)
 
     cpu = time.process_time()
     handed = list(turn.windows(_Iterable(microphone, INPUT_LATENCY_S), lambda: None))
     cpu = time.process_time() - cpu
-    stopped = state.stopped_at
+    stopped = s.stopped_at is not None and turn.barged_at is not None
     return {
-        "barged": stopped is not None,
-        "stopped_s": None if stopped is None else stopped - begin,
+        "barged": stopped,
+        "stopped_s": turn.barged_at - begin if stopped else None,
         "handed": np.concatenate(handed) if handed else np.zeros(0, np.int16),
         "pairs": canceller.pairs,
         "aligned_window": turn.aligned_window,
         "cut_in": None if turn.cut_in is None else turn.cut_in.fields(),
+        "pauses": sum(not v.confirmed for v in turn.pauses),
+        "quiet_ms": round(turn.paused_s * 1000),
         "cpu_per_speech_s": cpu / (len(near) / RATE),
-        "speech_s": speech_s,
+        "speech_s": len(far22) / VOICE_RATE,
     }
 
 
@@ -263,32 +318,60 @@ class Whisper:
 
 
 def run_condition(condition: dict[str, Any], parts_: dict[str, Any], opts: Any, seed: int, clock: Any) -> dict:
-    """Every option on the same cases: `--runs` of the agent alone, as many with the user cutting in."""
+    """Every option on the same cases: `--runs` of the agent alone (with the condition's interferer, if any), and
+    unless it has one, as many with the user cutting in. The product confirms the user with whisper, as converse."""
     from mcp_listen.speech.vad import SileroVAD
 
     rng, nrng, vad, texts = random.Random(seed), np.random.default_rng(seed), SileroVAD(), Agent.KINDS
     out: dict[str, dict[str, Any]] = {o: {"agent_alone": [], "user_cuts_in": []} for o in opts.options}
+    sound = condition.get("sound")
     for i in range(opts.runs):
-        far = parts_["agent"].says(texts[i % len(texts)])
-        case = {"far": far, "room": echo_path(condition, nrng), "user": None, "user_at": 0}
+        kind = "long@1.0" if sound is not None else texts[i % len(texts)]
+        far = parts_["agent"].says(kind)
+        case = {
+            "far": far,
+            "text": Agent.TEXTS[kind.split("@")[0]],
+            "room": echo_path(condition, nrng),
+            "user": None,
+            "user_at": 0,
+        }
         case["noise"] = _noise(condition, None, far, nrng)
+        if sound is not None:
+            case["interferer"], case["interferer_at"] = parts_["sounds"][sound], int(4.1 * RATE)
         for option in opts.options:
-            result = one_turn(case, clock, vad, option)
+            result = one_turn(case, clock, vad, option, words=parts_["whisper"].words if option == "product" else None)
             aligned = result["aligned_window"]
             erle = erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW))
-            out[option]["agent_alone"].append({"text": texts[i % len(texts)], "barged": result["barged"], "erle_db": erle,
+            answer = parts_["whisper"].words(result["handed"][: 4 * RATE]) if result["barged"] else None
+            out[option]["agent_alone"].append({"text": kind, "barged": result["barged"], "erle_db": erle,
+                "pauses": result["pauses"], "quiet_ms": result["quiet_ms"], "answer": answer,
                 "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2)})  # fmt: skip
-    for i in range(opts.runs):
+    for i in range(0 if sound is not None else opts.runs):
         clip = parts_["users"][i % len(parts_["users"])]
         far = parts_["agent"].says(f"long@{SPEEDS[i % len(SPEEDS)]}")
         user = clip["samples"]
         user_at = int((0.1 + rng.uniform(2.0, 5.0)) * RATE)
-        case = {"far": far, "room": echo_path(condition, nrng), "user": user, "user_at": user_at}
+        case = {
+            "far": far,
+            "text": Agent.TEXTS["long"],
+            "room": echo_path(condition, nrng),
+            "user": user,
+            "user_at": user_at,
+        }
         case["noise"] = _noise(condition, user, far, nrng)
         for option in opts.options:
-            row = _cut_in_row(one_turn(case, clock, vad, option), clip, user_at, parts_, option)
+            words = parts_["whisper"].words if option == "product" else None
+            row = _cut_in_row(one_turn(case, clock, vad, option, words=words), clip, user_at, parts_, option)
             out[option]["user_cuts_in"].append(row)
     return out
+
+
+def agents_words(said: str, clip_text: str) -> list[str]:
+    """The words of an answer that the agent said and the user did not."""
+    from mcp_listen.duplex.confirm import spoken_words
+
+    agent, user = set(spoken_words(Agent.TEXTS["long"])), set(spoken_words(clip_text))
+    return [w for w in spoken_words(said) if w in agent and w not in user]
 
 
 def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, parts_: dict, option: str) -> dict:
@@ -303,6 +386,7 @@ def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, part
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "in_lead_in": lead_in,
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
         "reaction_floor_ms": floor[clip["id"]], "heard": said, "errors": ref_errors,
+        "agents_words": agents_words(said, clip["text"]), "pauses": result["pauses"], "quiet_ms": result["quiet_ms"],
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
 
 
@@ -348,13 +432,18 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
          "reaction_ms": reaction, "reaction_floor_ms": floor,
          "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
          "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
+         "pauses_alone": sum(r.get("pauses", 0) for r in alone), "runs_paused": sum(bool(r.get("pauses")) for r in alone),
+         "quiet_ms_per_pause": summary(r["quiet_ms"] / r["pauses"] for r in alone if r.get("pauses")),
+         "answers_from_no_user": sum(bool(r.get("answer")) for r in alone),
+         "answers_with_agents_words": sum(bool(r.get("agents_words")) for r in cut),
          "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
          "cpu_pct_of_one_core": summary(r["cpu_pct_of_one_core"] for r in alone)}  # fmt: skip
     gap = None if reaction.get("median") is None else reaction["median"] - floor["median"]
     wer_gap = None if s["wer_pct"] is None else s["wer_pct"] - s["wer_alone_pct"]
     s["targets"] = {
         "false_barge_ins": verdict(s["false_barge_ins"] + s["stopped_before_the_user"], 0),
-        "users_missed": verdict(s["runs_user"] - s["barge_ins_detected"], 0),
+        "answers_with_agents_words": verdict(s["answers_with_agents_words"], 0),
+        "users_missed": verdict(s["runs_user"] - s["barge_ins_detected"], 0) if cut else {},
         "reaction_median_ms": verdict(reaction.get("median"), TARGETS["reaction_median_ms"]),
         "reaction_p90_ms": verdict(reaction.get("p90"), TARGETS["reaction_p90_ms"]),
         "median_over_floor_ms": verdict(gap, TARGETS["over_floor_ms"]),
@@ -382,6 +471,7 @@ def print_table(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--runs", 20, "runs per condition, of the agent alone and as many with the user"),
         ("--options", "product", f"comma-separated, of {', '.join(OPTIONS)}"),
+        ("--conditions", "rooms,sounds,echoes", "comma-separated groups: rooms, sounds (interferers), echoes (late, clipped)"),
         ("--json", ROOT / "bench" / "results-barge.json", "the report"), ("--voice", VOICE_PATH, "the agent's Piper voice"),
         ("--model", TEST_MODEL, "whisper model for the words"))  # fmt: skip
     opts.options = [o for o in opts.options.split(",") if o]
@@ -392,16 +482,39 @@ def main(argv: list[str] | None = None) -> int:
     clock, whisper, clips, stop_ms = simulated_clock(), Whisper(opts.model), users(), _stop_to_silence_ms()
     floor = {r: {c["id"]: reaction_floor_ms(c["samples"], stop_ms, r) for c in clips} for r in ("double_talk", "strict")}  # fmt: skip
     parts_ = {"agent": Agent(opts.voice), "users": clips, "whisper": whisper, "stop_to_silence_ms": stop_ms,
-              "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "floor": floor}  # fmt: skip
+              "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "floor": floor, "sounds": sounds()}  # fmt: skip
+    room = CONDITIONS["full level, no delay"]
+    groups = {"rooms": CONDITIONS, "sounds": {name: {**room, "sound": name} for name in SOUNDS}, "echoes": ECHOES}
+    chosen = {name: c for group in opts.conditions.split(",") for name, c in groups[group].items()}
     report = run.report
     report["config"].update(clips=[c["id"] for c in clips], stop_to_silence_ms=stop_ms)
     report["options"] = {o: {} for o in opts.options}
-    for seed, (name, condition) in enumerate(CONDITIONS.items()):
+    for seed, (name, condition) in enumerate(chosen.items()):
         for option, rows in run_condition(condition, parts_, opts, seed, clock).items():
             report["options"][option][name] = {"condition": condition, **rows}
     report["summary"] = {o: {n: summarise(rows) for n, rows in conds.items()} for o, conds in report["options"].items()}
     save_report(run.end(), opts.json, print_table)
     return 0
+
+
+def sounds() -> dict[str, Any]:
+    """SOUNDS made afresh (16 kHz float samples), as loud as the user while they sound (the TV 15 dB under the echo)."""
+    import subprocess
+
+    made = {}
+    for name, (tool, spec) in SOUNDS.items():
+        raw = ["-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed", "-t", "raw", "-"]
+        if tool == "sox":
+            command = ["sox", "-n", *raw, *spec.split()]
+        else:  # espeak-ng writes a WAV at 22,050 Hz: sox resamples it
+            command = ["sh", "-c", f'espeak-ng -v en-us --stdout "$0" | sox -t wav - {" ".join(raw)}', spec]
+        samples = np.frombuffer(subprocess.run(command, capture_output=True, check=True).stdout, np.int16).astype(
+            np.float64
+        )
+        active = samples[np.abs(samples) > 0.05 * np.abs(samples).max()]
+        level = USER_LEVEL_DBFS - (15.0 if "TV" in name else 0.0)
+        made[name] = samples * 32768 * 10 ** (level / 20) / np.sqrt(np.mean(active**2))
+    return made
 
 
 def simulated_clock() -> Any:

@@ -27,6 +27,11 @@ NOISE_WORDS = frozenset({"you", "thank you", "thanks for watching", "thank you f
 SAME_WORD = 0.75
 """How alike (difflib's ratio) a heard word and one of the agent's must be to be the same: whisper's
 spelling of a word ("okay" / "ok", "colour" / "color") is not the user's own word."""
+SAME_PHRASE = 0.7
+"""How alike the letters heard and a stretch of the agent's text must be for all of them to be its own: whisper
+hears the agent's words cut off at the pause's edges ("A man with a s..." as "Amen with us")."""
+PHRASE_LETTERS = 8
+"""Fewer letters than this are judged word by word: a short answer ("no", "stop") is in any long text."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,22 @@ class AgentWords:
         self._in_order = spoken_words(text)
         self._words = set(self._in_order)
 
+    def says(self, words: list[str]) -> bool:
+        """Whether `words` sound like a stretch of the agent's text, letter for letter (SAME_PHRASE)."""
+        heard = "".join(words)
+        if len(heard) < PHRASE_LETTERS:
+            return False
+        letters = "".join(self._in_order)
+        starts = [0]
+        for word in self._in_order[:-1]:
+            starts.append(starts[-1] + len(word))
+        matcher = difflib.SequenceMatcher(None, "", heard, autojunk=False)
+        for start in starts:
+            matcher.set_seq1(letters[start : start + len(heard) + 2])
+            if matcher.ratio() >= SAME_PHRASE:
+                return True
+        return False
+
     def __contains__(self, word: object) -> bool:
         if word in self._words:
             return True
@@ -91,7 +112,10 @@ def judge(speech_windows: int, heard: str | None, agent: AgentWords, needed_wind
     if heard is None:
         return Verdict(speech_windows >= needed_windows, speech_windows, needed_windows=needed_windows)
     words = spoken_words(heard)
-    own = len(words) if " ".join(words) in NOISE_WORDS else sum(1 for word in words if word in agent)
+    if " ".join(words) in NOISE_WORDS or agent.says(words):
+        own = len(words)
+    else:
+        own = sum(1 for word in words if word in agent)
     users = len(words) - own
     confirmed = speech_windows >= needed_windows and users >= needed_words
     return Verdict(confirmed, speech_windows, len(words), own, needed_windows)

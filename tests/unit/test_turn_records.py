@@ -300,6 +300,8 @@ def test_the_agents_own_words_or_noise_never_confirm_a_pause_and_the_users_words
         ("Okay, Thurzday evening", "Okay, Thursday evening.", 3, 3),  # whisper's spelling is still the agent's
         ("No. Stop!", "Thursday evening.", 2, 0),
         ("you", "Thursday evening.", 1, 1),
+        ("Amen with us.", "A man with a small brown dog.", 3, 3),  # its words cut off at the pause's edges
+        ("Hey, hold on a second.", "Hold on to the rail a second.", 5, 4),
     ],
 )
 def test_a_verdict_counts_the_words_heard_and_which_were_the_agents_or_noise(heard, agent, words, own):
