@@ -148,6 +148,8 @@ class BargeIn(HalfDuplex):
         """Not the user: the speech plays on from where it paused, every span judged afresh."""
         self.playback.resume()
         self.paused_s += self._clock() - paused_at
+        if verdict.words and verdict.own_words == verdict.words:
+            self.path.not_headphones()
         self.path.resume(f"not the user ({verdict.reason}): playing on")
         log.info("a sound over the speech was not the user (%s): it plays on", verdict.reason)
         self._vad.reset()

@@ -150,6 +150,8 @@ class EchoPath:
         """The first window the rule on AEC3 alone counts (AEC3 has learnt the path); None until then."""
         self.phase = Phase.WAITING
         self._paused = False
+        self._own_words_heard = False
+        """A pause heard the agent's own words with no echo found: no quiet second is taken for headphones again."""
         self._why: list[str] = []
         """What happened since the phase last changed, for its log line."""
 
@@ -195,6 +197,8 @@ class EchoPath:
             reference = far.reference(captured_at, self.aligner.lead_s)
             lag = self.aligner.measured_lag_s or 0.0
             self._why.append(f"the echo's delay measured, {lag * 1000:.0f} ms behind the search reference")
+        if self.aligned_window is None and self.aligner.done and self._own_words_heard:
+            self.aligner = self._new_aligner()  # a quiet second proves no headphones: the echo comes later
         if self.aligned_window is None and self.aligner.done:
             self.aligned_window = count
             quiet = getattr(self.aligner, "microphone_db", None)
@@ -227,6 +231,14 @@ class EchoPath:
         self._paused = False
         self._why.append(why)
         self._enter(self._phase_now())
+
+    def not_headphones(self) -> None:
+        """The microphone heard the agent's own words although the first second found no echo (one later than
+        the delay is looked for: Bluetooth, HDMI, network sinks): the delay is measured afresh, nothing counting
+        meanwhile, instead of taking its voice for the user's at every pause."""
+        if self.aligned_window is not None and self.aligner.measured_lag_s is None:
+            self._why.append("the agent's own words heard: measuring the echo's delay again")
+            self.aligner, self.aligned_window, self._own_words_heard = self._new_aligner(), None, True
 
     def _phase_now(self) -> Phase:
         """The phase the path's state puts it in (the module's docstring)."""

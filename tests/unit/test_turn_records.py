@@ -196,6 +196,8 @@ def _turn(
     speech: set[int] | None = None,
     words: Any = None,
     text: str = "Hello.",
+    aligner: Any = None,
+    learnt: int = 60,
 ) -> tuple[Any, Speech, list[int]]:
     """A turn whose echo model has learnt the path from window 60, the user (whom the model cannot explain)
     from `onset` on; Silero hears speech from `onset` on, or in the windows of `speech`."""
@@ -217,9 +219,9 @@ def _turn(
         1.0,
         TalksFrom(onset) if speech is None else HearsIn(speech),  # type: ignore[arg-type]
         KeepsNear(),
-        LearntFrom(learnt=60, user=onset),
+        LearntFrom(learnt=learnt, user=onset),
         clock=lambda: clock.now,
-        aligners=lambda: FoundAt(40),
+        aligners=aligner or (lambda: FoundAt(40)),
         words=words,
     )
     with caplog.at_level(logging.DEBUG, logger="mcp_listen.duplex"):
@@ -291,6 +293,29 @@ def test_the_agents_own_words_or_noise_never_confirm_a_pause_and_the_users_words
         verdicts[name] = (playback.stopped, turn.pauses[0].confirmed, turn.pauses[0].own_words)
     assert verdicts == {"own": (False, False, 5), "noise": (False, False, 2), "user": (True, True, 1)}
     assert not any("Thursday" in r.getMessage() or "Wait" in r.getMessage() for r in caplog.records)
+
+
+class NoEchoFound(FoundAt):
+    """A delay measurement that finds no echo in a quiet second (headphones, it would seem)."""
+
+    def add(self, near: Any, far: Any) -> bool:
+        self.done = self.done or int(near[0]) >= self.at
+        return False
+
+
+def test_the_agents_own_words_heard_with_headphones_make_the_path_measure_its_delay_again(caplog):
+    """An echo later than the delay is looked for (a Bluetooth speaker) leaves the first second quiet: it looks
+    like headphones, where speech as loud as usual counts. Once a pause hears the agent's own words, the delay is
+    measured again and nothing counts meanwhile, instead of a pause at every sentence."""
+    text = "The meeting moved to Thursday evening."
+    turn, playback, _ = _turn(
+        caplog, onset=10**6, windows=200, speech=set(range(100, 200)), words=lambda samples: "the meeting moved",
+        text=text, aligner=lambda: NoEchoFound(40), learnt=10**6,
+    )  # fmt: skip
+    assert len(turn.pauses) == 1 and not playback.stopped, "one pause, then no rule counts while it measures"
+    changes = [m for r in caplog.records if (m := r.getMessage()).startswith("echo path:")]
+    assert any("headphones -> paused" in m for m in changes), changes
+    assert any(m.startswith("echo path: paused -> measuring (the agent's own words heard") for m in changes), changes
 
 
 @pytest.mark.parametrize(
