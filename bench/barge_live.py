@@ -4,32 +4,21 @@ server, the sound server and the agent's voice at full level in the microphone (
     python bench/barge_live.py [--runs 20] [--json OUT] [--model PATH]
     python bench/barge_live.py --first-turns [--busy 2] [--runs 20]
 
-One server for the whole series (a user's session), barge-in on by MCP_LISTEN_BARGE_IN. Each run is the
-user cutting in (passes when the speech stopped after the user began, "lighthouse" is in the transcript
-and no agent word is), then the agent alone (passes when the speech played out and nothing was transcribed:
-nobody else spoke). Reaction: the user's first sample above -40 dBFS in the sink's monitor (bench/rig.py's
-Monitor) → the "Listening on" progress, sent once the speech stopped. Divergences: server log lines saying
-the echo model diverged or ran away (AEC3 alone reports none). CPU: the server's over the agent-alone call.
-Lead-in: a cut-in transcript's words before the clip's first ones (the agent's, or the user's damaged).
-
---first-turns: each run is a fresh server's first barge-in turn, speak_text's (tests/e2e/test_barge_in.py),
-where the echo's delay is measured while nothing about the path is known yet; --busy N keeps N programs
-spinning a core each meanwhile (rig.busy_cpus) (a loaded machine: Piper renders late and the device runs dry, the writer thread waits).
-It reports how many runs stopped before the user spoke (a negative return), how many never heard them, and
-how long after the user's clip began to play the call returned.
+One server for the whole series (a user's session), barge-in on by MCP_LISTEN_BARGE_IN; each run is the
+user cutting in, then the agent alone. --first-turns: each run is a fresh server's first barge-in turn,
+speak_text's, where the echo's delay is measured while nothing about the path is known yet; --busy N keeps
+N programs spinning a core each meanwhile (rig.busy_cpus). bench/README.md ("Barge-in live") says when a
+run passes and what each figure (reaction, divergences, CPU, lead-in, early, missed) measures.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stats
 from rig import RATE, ROOT, TEST_MODEL, Rig, audio_assets, busy_cpus, proc_stats
@@ -163,13 +152,10 @@ def main(argv: list[str] | None = None) -> int:
                      ("--busy", 0, "processes kept spinning meanwhile"))  # fmt: skip
     run = stats.Run("pywebrtc-audio", "piper-tts", runs=opts.runs, model=opts.model.name, busy=opts.busy)
     workdir = Path(tempfile.mkdtemp(prefix="mcp-listen-barge-live-"))
-    rig = Rig(opts.model.parent, workdir)
-    rig.start_monitor()  # before the first cut-in: the user's clip is found on its clock
-    try:
+    with Rig(opts.model.parent, workdir) as rig:
+        rig.start_monitor()  # before the first cut-in: the user's clip is found on its clock
         with busy_cpus(opts.busy):
             rows = first_turns(opts, workdir, rig) if opts.first_turns else series(opts, workdir, rig)
-    finally:
-        rig.close()
     summarised = summarise_first_turns(rows) if opts.first_turns else summarise(rows)
     log = workdir if opts.first_turns else workdir / "server.log"
     report = {**run.end(), "log": str(log), "summary": summarised, "runs": rows}

@@ -9,17 +9,13 @@ The real English recordings back to back, 500 ms apart, into one `transcribe_voi
 from __future__ import annotations
 
 import itertools
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from clips import real, wer
-from rig import RATE, ROOT, TEST_MODEL, Rig, busy_cpus, close_server, proc_stats
+from rig import RATE, ROOT, TEST_MODEL, Rig, busy_cpus, proc_stats
 from rig import audio_assets as A
 from stats import Run, cli, save_report
 
@@ -47,17 +43,17 @@ def sample_rss(pid: int, done: threading.Event, out: list[tuple[float, float]]) 
 
 
 def one_run(rig: Rig, model: Path, wav: Path, reference: str, speech_end_s: float, token: str) -> dict[str, Any]:
-    server, rss, done = rig.server(), [], threading.Event()
-    sampler = threading.Thread(target=sample_rss, args=(server.proc.pid, done, rss))
-    try:
-        sampler.start()
-        args = {"whisper_model": model.name, "duration_ms": 600_000, "silence_ms": SILENCE_MS}
-        run = rig.play_during(server, "transcribe_voice", args, wav, token, timeout=speech_end_s + 180)
-        stats = server.stats
-    finally:
-        done.set()
-        sampler.join(timeout=5)
-        close_server(server)
+    rss, done = [], threading.Event()
+    with rig.server() as server:
+        sampler = threading.Thread(target=sample_rss, args=(server.proc.pid, done, rss))
+        try:
+            sampler.start()
+            args = {"whisper_model": model.name, "duration_ms": 600_000, "silence_ms": SILENCE_MS}
+            run = rig.play_during(server, "transcribe_voice", args, wav, token, timeout=speech_end_s + 180)
+            stats = server.stats
+        finally:
+            done.set()
+            sampler.join(timeout=5)
     result, t_play, t_reply = run["result"], run["t_play"], run["t_reply"]
     finished = server.notice(token, "Recording finished")
     listening = [t for t, _ in server.progress_for(token) if t <= finished]
@@ -80,16 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     run, runs = Run("pywhispercpp", **vars(opts)), {"short": [], "long": []}
     plan = [("short", 10, f"short-{i}") for i in range(opts.short_runs)]
     plan += [("long", opts.minutes * 60 - 15, "long")] if opts.minutes > 0 else []  # ends before the 10-minute ceiling
-    with tempfile.TemporaryDirectory() as tmp:
-        rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
-        try:
-            with busy_cpus(opts.busy, opts.busy_nice):
-                for kind, seconds, token in plan:
-                    speech = dictation(entries, seconds, Path(tmp) / f"{kind}.wav")
-                    runs[kind].append(one_run(rig, opts.model, *speech, token))
-                    print(kind, runs[kind][-1], flush=True)
-        finally:
-            rig.close()
+    with Rig(opts.model.parent, threads=opts.threads) as rig, busy_cpus(opts.busy, opts.busy_nice):
+        for kind, seconds, token in plan:
+            speech = dictation(entries, seconds, rig.workdir / f"{kind}.wav")
+            runs[kind].append(one_run(rig, opts.model, *speech, token))
+            print(kind, runs[kind][-1], flush=True)
     save_report({**run.end(), "silence_ms": SILENCE_MS, "gap_ms": GAP_MS, "runs": runs}, opts.json)
     return 0
 

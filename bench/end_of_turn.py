@@ -22,18 +22,14 @@ silence_ms. The server's CPU seconds per utterance, per mode.
 
 from __future__ import annotations
 
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import numpy as np  # noqa: E402
-import turn_set  # noqa: E402
-from rig import ROOT, Rig, audio_assets, stop_player  # noqa: E402
-from stats import Run, cli, save_report, summary, verdict  # noqa: E402
+import numpy as np
+import turn_set
+from rig import ROOT, Rig, audio_assets, stop_player
+from stats import Run, cli, save_report, summary, verdict
 
 SILENCE_MS, LEAD_MS = 1000, 300  # fmt: skip  # the call's; silence before the speech
 CHOPPY_SILENCE_MS = 10000
@@ -195,13 +191,12 @@ def played(entry: dict) -> dict:
             "resumes": entry["resumes"] - start}  # fmt: skip
 
 
-def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str]) -> dict[str, Any]:
-    server, rows = rig.server(), []
-    lead = np.zeros(16 * LEAD_MS, np.int16)
-    try:
+def live(rig: Rig, model: Path, entries: list[dict], modes: list[str]) -> dict[str, Any]:
+    rows, lead = [], np.zeros(16 * LEAD_MS, np.int16)
+    with rig.server() as server:
         for i, e in enumerate(map(played, entries)):
             samples = np.concatenate([lead, e["samples"], np.zeros(16 * (SILENCE_MS + 2500), np.int16)])
-            wav = audio_assets.write_wav(samples, work / f"{e['id']}.wav")
+            wav = audio_assets.write_wav(samples, rig.workdir / f"{e['id']}.wav")
             last_loud = audio_assets.last_loud_sample(samples[: len(lead) + e["pause_at"]])
             for mode in modes if i % 2 == 0 else modes[::-1]:
                 seconds, data, cpu = call(rig, server, model, wav, mode, e["lang"], f"{e['id']}-{mode}")
@@ -211,8 +206,6 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str
                              "finished": ended, "end_reason": data.get("end_reason"), "end_signal": data.get("end_signal"), "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
                              "post_speech_ms": round(after, 1) if ended else None, "text": data.get("transcription") or ""})  # fmt: skip
                 print(rows[-1], flush=True)
-    finally:
-        server.close_stdin(), server.stop()
     out: dict[str, Any] = {"rows": rows}
     for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
@@ -222,7 +215,7 @@ def live(rig: Rig, model: Path, entries: list[dict], work: Path, modes: list[str
     return out
 
 
-def choppy(rig: Rig, model: Path, work: Path, modes: list[str], seconds: int) -> dict[str, Any]:
+def choppy(rig: Rig, model: Path, modes: list[str], seconds: int) -> dict[str, Any]:
     """The server's CPU over `seconds` of choppy speech (JFK's, CHOPPY_ON_MS on, CHOPPY_OFF_MS off: every gap
     a pause of ASK_AFTER_MS and more), one transcribe_voice per mode, to the end by duration (silence_ms at
     its most, so JFK's own pauses do not end it)."""
@@ -230,10 +223,9 @@ def choppy(rig: Rig, model: Path, work: Path, modes: list[str], seconds: int) ->
     speech = np.resize(jfk[audio_assets.first_loud_sample(jfk) :], seconds * 16000)
     cycle = np.arange(speech.size) % (16 * (CHOPPY_ON_MS + CHOPPY_OFF_MS))
     samples = np.where(cycle < 16 * CHOPPY_ON_MS, speech, 0).astype(np.int16)
-    wav = audio_assets.write_wav(samples, work / "choppy.wav")
+    wav = audio_assets.write_wav(samples, rig.workdir / "choppy.wav")
     out: dict[str, Any] = {"seconds": seconds}
-    server = rig.server()
-    try:
+    with rig.server() as server:
         for mode in modes:
             args = {"whisper_model": model.name, "silence_ms": CHOPPY_SILENCE_MS, "duration_ms": seconds * 1000,
                     "end_of_turn": mode, "language": "en"}  # fmt: skip
@@ -245,8 +237,6 @@ def choppy(rig: Rig, model: Path, work: Path, modes: list[str], seconds: int) ->
                          "end_reason": result.get("end_reason"), "words": len(str(result.get("transcription") or "").split()),
                          "error": result.get("error")}  # fmt: skip
             print(mode, out[mode], flush=True)
-    finally:
-        server.close_stdin(), server.stop()
     return out
 
 
@@ -257,23 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     entries = turn_set.build()
     run = Run(**vars(opts), utterances=len(entries))
     if opts.choppy:
-        with tempfile.TemporaryDirectory() as tmp:
-            rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
-            try:
-                run.report["choppy"] = choppy(rig, opts.model, Path(tmp), opts.modes.split(","), opts.choppy)
-            finally:
-                rig.close()
+        with Rig(opts.model.parent, threads=opts.threads) as rig:
+            run.report["choppy"] = choppy(rig, opts.model, opts.modes.split(","), opts.choppy)
         save_report(run.end(), opts.json)
         return 0
     if opts.offline:
         run.report["offline"] = offline(entries, opts.model)
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            rig = Rig(opts.model.parent, Path(tmp), threads=opts.threads)
-            try:
-                run.report["live"] = live(rig, opts.model, entries, Path(tmp), opts.modes.split(","))
-            finally:
-                rig.close()
+        with Rig(opts.model.parent, threads=opts.threads) as rig:
+            run.report["live"] = live(rig, opts.model, entries, opts.modes.split(","))
         ms, rows = run.report["live"]["smart"]["finished_post_speech_ms"].get("median"), run.report["live"]["rows"]
         run.report["targets"] = targets([r for r in rows if r["mode"] == "smart"], "finished") | {
             "finished: median ms past silence_ms": verdict(ms, 300)}  # fmt: skip

@@ -10,12 +10,8 @@ bench/README.md ("Endpoint replay") describes each set and what "early", "cut" a
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import clips
 import numpy as np

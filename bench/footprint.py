@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import clips
-from rig import ROOT, Rig, TimedServer, close_server
+from rig import ROOT, Rig, TimedServer
 from rig import audio_assets as A
 from stats import summary
 
@@ -38,14 +38,11 @@ HEAVY = ("numpy", "onnxruntime", "sounddevice", "pywhispercpp", "_pywhispercpp",
 def time_initialize(args: list[str], env: Mapping[str, str], stderr_path: Path | None = None) -> float:
     """Seconds from spawn to the initialize reply's arrival (the request written the moment the process exists)."""
     began = time.monotonic()
-    server = TimedServer(env, stderr_path=stderr_path, command=[sys.executable, *args])
-    try:
+    with TimedServer(env, stderr_path=stderr_path, command=[sys.executable, *args]) as server:
         arrived, reply = server.reply(server.start("initialize", HELLO)[0])
-        if "result" not in reply:
-            raise RuntimeError(f"{args[:2]} did not answer initialize: {str(reply)[:200]}")
-        return arrived - began
-    finally:
-        close_server(server)
+    if "result" not in reply:
+        raise RuntimeError(f"{args[:2]} did not answer initialize: {str(reply)[:200]}")
+    return arrived - began
 
 
 def startup(env: Mapping[str, str], runs: int, workdir: Path) -> dict:

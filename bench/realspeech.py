@@ -10,15 +10,12 @@ spins N cores meanwhile. bench/README.md ("Real speech") explains the clips and 
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import latency
 from clips import Clip, corpus_wer, playable, real, words
-from rig import ROOT, TEST_MODEL, Rig, busy_cpus, close_server
+from rig import ROOT, TEST_MODEL, Rig, busy_cpus
 from stats import Run, cli, save_report, summary, verdict
 
 
@@ -49,15 +46,13 @@ def transcribe_voice(rig: Rig, server: Any, clip: Clip, model: Path, language: s
 def session(rig: Rig, model: Path, work: list[tuple[dict, str]], clips: dict, opts: Any, tag: str) -> list[dict]:
     """A fresh server, every job in turn; the first call is the cold one (the model loads during it)."""
     rig.model_dir = model.parent
-    server, calls = rig.server(), []
-    try:
+    calls = []
+    with rig.server() as server:
         for i, (entry, language) in enumerate(work):
             call = transcribe_voice(rig, server, clips[entry["id"]], model, language, opts, f"rs-{tag}-{i}")
             calls.append({**call, "cold": i == 0})
             print(f"  {call['clip']:32} {language:4} post-speech {call.get('post_speech_ms', float('nan')):7.1f} ms"
                   f"{' (first call)' if i == 0 else ''}", flush=True)  # fmt: skip
-    finally:
-        close_server(server)
     return calls
 
 
@@ -83,16 +78,14 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) 
 def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
     """capture_audio with stop on silence on every clip, the stop counted in samples on the WAV; a clip that
     ends at capture's 20 s ceiling or at an inner pause is left out. No model."""
-    server, runs = rig.server(), []
-    try:
+    runs = []
+    with rig.server() as server:
         for r in range(opts.stop_runs):
             for name, clip in clips.items():
                 try:
                     runs.append(latency.capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{name}"))
                 except ValueError:  # the WAV ends before the speech does
                     runs.append({"clip": name, "stopped_by": "silence (before the end of speech)"})
-    finally:
-        close_server(server)
     kept = [r["stop_latency_ms"] for r in runs if r["stopped_by"] == "silence"]
     return {"stop_latency_ms": summary(kept),
             "runs": [{k: r.get(k) for k in ("clip", "stopped_by", "stop_latency_ms", "wav_peak")} for r in runs]}  # fmt: skip
@@ -167,22 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     clips = {e["id"]: playable(e, opts.silence_ms) for e in entries}
     report = {**run.report, "clips": [{k: v for k, v in e.items() if k != "path"} for e in entries], "models": {}}
     run.report = report
-    with tempfile.TemporaryDirectory() as workdir:
-        rig = Rig(opts.model[0].parent, Path(workdir), threads=opts.threads)
-        try:
-            rig.start_monitor()  # before the first clip plays: its end is timed on the monitor's clock
-            if opts.stop_runs:
-                report["stop"] = stop_times(rig, clips, opts)
-            with busy_cpus(opts.busy, opts.busy_nice):
-                for model in opts.model:
-                    tag = model.stem.removeprefix("ggml-")
-                    report["models"][tag] = measure(rig, model, entries, clips, opts)
-                    if opts.compare_threads:
-                        rig.threads = opts.compare_threads  # the next servers' MCP_LISTEN_WHISPER_THREADS
-                        report["models"][f"{tag}@{opts.compare_threads}"] = measure(rig, model, entries, clips, opts)
-                        rig.threads = opts.threads
-        finally:
-            rig.close()
+    with Rig(opts.model[0].parent, threads=opts.threads) as rig:
+        rig.start_monitor()  # before the first clip plays: its end is timed on the monitor's clock
+        if opts.stop_runs:
+            report["stop"] = stop_times(rig, clips, opts)
+        with busy_cpus(opts.busy, opts.busy_nice):
+            for model in opts.model:
+                tag = model.stem.removeprefix("ggml-")
+                report["models"][tag] = measure(rig, model, entries, clips, opts)
+                if opts.compare_threads:
+                    rig.threads = opts.compare_threads  # the next servers' MCP_LISTEN_WHISPER_THREADS
+                    report["models"][f"{tag}@{opts.compare_threads}"] = measure(rig, model, entries, clips, opts)
+                    rig.threads = opts.threads
     report["targets"] = targets(report["models"])
     save_report(run.end(), opts.json, show)
     return 0

@@ -20,11 +20,10 @@ import tempfile
 import wave
 from pathlib import Path
 
+from rig import RATE, ROOT
 from stats import cli
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = ROOT / "bench" / "results" / "realspeech-cache"
-RATE = 16000
 SOURCES = json.loads((ROOT / "bench" / "realspeech_sources.json").read_text())
 """The pinned packages (registry, name, version, sha256, licence) and the clips: where each recording and
 its reference transcript (package key, member, the line's key) sit inside them."""

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -53,7 +54,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
 
 
 class TimedServer(RawServer):
-    """RawServer that stamps each reply and progress notification with its arrival time."""
+    """RawServer that stamps each reply and progress notification with its arrival time; as a context
+    manager, closed as a client closes it."""
 
     def __init__(self, env: Mapping[str, str], *, stderr_path: Path | None = None, **options: Any) -> None:
         self.replies: dict[int, tuple[float, dict[str, Any]]] = {}
@@ -127,20 +129,19 @@ class TimedServer(RawServer):
     def stats(self) -> dict[str, float]:
         return proc_stats(self.proc.pid)
 
+    def __exit__(self, *exc: object) -> None:
+        """stdin closed: the server exits 0 by itself; killed if it does not."""
+        with contextlib.suppress(Exception):  # already gone, or slow to exit: stop() kills it
+            self.close_stdin()
+            self.wait_exit(timeout=10)
+        self.stop()
+
 
 def structured(msg: dict[str, Any]) -> dict[str, Any]:
     result = msg.get("result") or {}
     if "error" in msg or result.get("isError"):
         raise RuntimeError(f"the call failed: {json.dumps(msg)[:400]}")
     return result.get("structuredContent") or {}
-
-
-def close_server(server: TimedServer) -> None:
-    """stdin closed: the server exits 0 by itself; killed if it does not."""
-    with contextlib.suppress(Exception):  # already gone, or slow to exit: stop() kills it
-        server.close_stdin()
-        server.wait_exit(timeout=10)
-    server.stop()
 
 
 class Monitor:
@@ -232,10 +233,13 @@ def busy_cpus(count: int, nice: int = 0) -> Iterator[None]:
 
 
 class Rig:
-    """Virtual microphone + loopback Ollama + monitor, and environments for server children."""
+    """Virtual microphone + loopback Ollama + monitor, and environments for server children. As a context
+    manager it closes them all, and removes its workdir if it made one (no `workdir` given)."""
 
-    def __init__(self, model_dir: Path, workdir: Path, threads: int = 2) -> None:
-        self.workdir, self.model_dir, self.threads = workdir, model_dir, threads
+    def __init__(self, model_dir: Path, workdir: Path | None = None, threads: int = 2) -> None:
+        self._made = None if workdir else tempfile.TemporaryDirectory(prefix="mcp-listen-bench-")
+        self.workdir = workdir or Path(self._made.name)
+        self.model_dir, self.threads = model_dir, threads
         self.mic = VirtualMic().start()
         self.ollama = FakeOllama().start()
         # The client closes keep-alive connections the fake still reads from: not an error here.
@@ -297,6 +301,14 @@ class Rig:
             self.monitor.close()
         self.ollama.stop()
         self.mic.close()
+        if self._made is not None:
+            self._made.cleanup()
+
+    def __enter__(self) -> Rig:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def stop_player(proc: Any) -> None:

@@ -12,21 +12,17 @@ speech (espeak-ng) and a loopback Ollama that answers at once. bench/README.md e
 from __future__ import annotations
 
 import functools
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import clips
 import endpoint_replay
 import footprint
 import latency
-from rig import ROOT, TEST_MODEL, Rig, close_server
+from rig import ROOT, TEST_MODEL, Rig
 from stats import CpuBusy, Run, cli, dig, save_report, summary, verdict
 
 QUICK_DIR = ROOT / "bench" / "results" / "quick"
@@ -55,21 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.model.is_file():
         raise SystemExit(f"whisper model {opts.model} not found (set MCP_LISTEN_TEST_MODEL or pass --model)")
     run = Run("pywhispercpp", "sounddevice", "ollama", **vars(opts))
-    report, workdir = run.report, Path(tempfile.mkdtemp(prefix="mcp-listen-bench-"))
-    rig = Rig(opts.model.parent, workdir, threads=opts.threads)
+    report = run.report
     try:
-        section("startup", lambda: report.update(startup=footprint.startup(rig.env(), max(2, 2 * opts.runs), workdir)))
-        section("session", lambda: run_session(rig, opts, report))
-        section("voice_query", lambda: run_voice(rig, opts, report))
-        section("offline", lambda: report.update(vad_per_window=footprint.vad_per_window(),
-                                                 vad_gate=endpoint_replay.gate_replay(opts.silence_ms)))  # fmt: skip
-        if not opts.skip_venv:
-            section("venv", lambda: report.update(venv_size=footprint.venv_size(workdir)))
+        with Rig(opts.model.parent, threads=opts.threads) as rig:
+            startups = max(2, 2 * opts.runs)
+            section("startup", lambda: report.update(startup=footprint.startup(rig.env(), startups, rig.workdir)))
+            section("session", lambda: run_session(rig, opts, report))
+            section("voice_query", lambda: run_voice(rig, opts, report))
+            section("offline", lambda: report.update(vad_per_window=footprint.vad_per_window(),
+                                                     vad_gate=endpoint_replay.gate_replay(opts.silence_ms)))  # fmt: skip
+            if not opts.skip_venv:
+                section("venv", lambda: report.update(venv_size=footprint.venv_size(rig.workdir)))
     finally:
-        rig.close()
         run.end()
         report["targets"] = targets(report)
-        shutil.rmtree(workdir, ignore_errors=True)
     save_report(report, opts.json)
     return 0
 
@@ -100,8 +95,7 @@ def section(name: str, fn: Any) -> None:
 
 def run_session(rig: Rig, opts: Any, report: dict) -> None:
     """One server: idle RSS, device listing, VAD CPU, RSS after captures, stop latency on espeak-ng."""
-    server = rig.server()
-    try:
+    with rig.server() as server:
         rss = {"idle": footprint.idle_rss(server)}
         report["list_audio_devices"] = footprint.list_devices(server, calls=10)
         rss["after_list_devices"] = footprint.idle_rss(server)
@@ -112,8 +106,6 @@ def run_session(rig: Rig, opts: Any, report: dict) -> None:
         stop = clips.stop_clips(opts.silence_ms)
         runs = [latency.capture_stop(rig, server, c, opts.silence_ms, f"stop-{r}-{c.name}")
                 for r in range(opts.runs) for c in stop]  # fmt: skip
-    finally:
-        close_server(server)
     keys = ("stop_latency_ms", "rec_end_to_result_ms", "finished_notice_to_result_ms", "play_start_latency_ms")
     report["stop"] = {"runs": runs, **{k: summary(r[k] for r in runs) for k in keys}}
 
@@ -125,16 +117,13 @@ def run_voice(rig: Rig, opts: Any, report: dict) -> None:
     rss = []
     for r in range(opts.runs):
         for name in lengths:
-            server = rig.server()
-            try:
+            with rig.server() as server:
                 for kind in ("cold", "warm"):
                     call = latency.voice_query(rig, server, utterances[name], opts.silence_ms, opts.model.name,
                                                f"vq-{name}-{r}-{kind}")  # fmt: skip
                     per[name][kind].append(call)
                 time.sleep(1.0)  # settled, as for idle RSS: freed memory is returned after the call
                 rss.append(server.stats)
-            finally:
-                close_server(server)
     report["voice_query"] = {
         "lengths": {n: {kind: {"post_speech_ms": summary(x["post_speech_ms"] for x in runs),
                                "wer": summary((x["wer"] for x in runs), digits=3), "runs": runs}

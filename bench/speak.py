@@ -15,17 +15,13 @@ import contextlib
 import os
 import random
 import re
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import numpy as np
-from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats, wait_for
+from rig import RATE, ROOT, TEST_MODEL, Monitor, Rig, TimedServer, proc_stats, wait_for
 from speaker_rig import FOX, VOICE, loud, speaking_env
 from stats import Run, cli, save_report, summary, verdict
 
@@ -61,11 +57,8 @@ def text_of(sentences: int) -> str:
 def speaker(rig: Rig) -> Iterator[tuple[TimedServer, dict[str, Any]]]:
     """A fresh server in the tests' speaking environment (INFO: it logs converse's delay) that has said FOX,
     the voice loading meanwhile; and that first result (the cold first audio). Closed afterwards."""
-    server = rig.server(speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO"))
-    try:
+    with rig.server(speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, MCP_LISTEN_LOG_LEVEL="INFO")) as server:
         yield server, server.tool("speak_text", {"text": FOX})
-    finally:
-        close_server(server)
 
 
 def first_audio(rig: Rig, sentences: int) -> dict[str, Any]:
@@ -167,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                ("--json", ROOT / "bench" / "results-speak.json", "the report"))  # fmt: skip
     words = {n: len(text_of(n).split()) for n in LENGTHS}
     run, rng = Run("piper-tts", "sounddevice", **vars(opts), words=words), random.Random(20261202)
-    with tempfile.TemporaryDirectory() as workdir:
-        rig = Rig(TEST_MODEL.parent, Path(workdir))
+    with Rig(TEST_MODEL.parent) as rig:
         sections: dict[str, Callable[[], Any]] = {
             "first_audio": lambda: [first_audio(rig, n) for _ in range(opts.runs) for n in LENGTHS],
             "cpu": lambda: [cpu_while_speaking(rig) for _ in range(opts.cpu_runs)],
@@ -176,13 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             "converse": lambda: in_one_server(rig, lambda s: [converse_turn(s, opts.model, i) for i in range(-1, opts.runs)][1:]),
             "piper": lambda: piper(VOICE_PATH, opts.runs, opts.cpu_runs),
         }  # fmt: skip  # first audio interleaves the lengths; converse's unmeasured first turn makes Silero's session
-        try:
-            for name, fn in sections.items():
-                began = time.monotonic()
-                run.report[name] = fn()
-                print(f"[{name}] {time.monotonic() - began:.0f} s", flush=True)
-        finally:
-            rig.close()
+        for name, fn in sections.items():
+            began = time.monotonic()
+            run.report[name] = fn()
+            print(f"[{name}] {time.monotonic() - began:.0f} s", flush=True)
     report = run.end()
     report["summary"] = summarise(report)
     report["targets"] = targets(report["summary"])

@@ -2,22 +2,18 @@
 
     python bench/speak_hostile.py [--code DIR] [--stop-after 4] [--json bench/results-speak-hostile.json]
 
-One real server (the tests' speaking environment: the test voice, the virtual speaker) is given each text of
-tests/hostile_speech.py in turn with speak_text (wait: true, 10,000 characters each), and 4 s later (once it
-has sounded: the piece after the first is being rendered then) it is stopped: stop_speaking and
-notifications/cancelled in turn. From the stop, the server's CPU time
-(/proc/PID/stat utime + stime, every thread) is read every 0.5 s until a whole second adds less than 20 ms
-(the server idle again), or 150 s: `cpu_after_stop_s` is what it spent meanwhile. VmRSS is read before the
-call, at that point, and VmHWM (the peak since the server started) after it. `--code DIR` runs the server
-from another source tree (PYTHONPATH=DIR: e.g. `git archive COMMIT mcp_listen | tar -x -C DIR`), so the
-same run measures the code before a change. bench/README.md ("Hostile texts") has the figures.
+One real server on the virtual speaker is given each text of tests/hostile_speech.py in turn with
+speak_text, stopped 4 s later (stop_speaking and notifications/cancelled in turn); `cpu_after_stop_s` is
+the server's CPU from the stop until a whole second adds less than IDLE_CPU_S. `--code DIR` runs the
+server from another source tree (PYTHONPATH=DIR: e.g. `git archive COMMIT mcp_listen | tar -x -C DIR`),
+so the same run measures the code before a change. bench/README.md ("Hostile texts") describes each
+figure and has them.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +21,11 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "tests")]
 
 from hostile_speech import HOSTILE_TEXTS
-from rig import ROOT, TEST_MODEL, Monitor, Rig, TimedServer, close_server, proc_stats
-from speaker_rig import FOX, VOICE, loud, speaking_env
+from rig import ROOT, TEST_MODEL, Monitor, Rig, TimedServer, proc_stats
+from speak import VOICE_PATH
+from speaker_rig import FOX, loud, speaking_env
 from stats import Run, cli, save_report
 
-VOICE_PATH = ROOT / "tests" / "assets" / "voices" / f"{VOICE}.onnx"
 IDLE_CPU_S = 0.02
 """Less CPU than this in a whole second: the server is idle again (it idles at ~0)."""
 WATCH_S = 150.0
@@ -89,26 +85,18 @@ def main(argv: list[str] | None = None) -> int:
                ("--json", ROOT / "bench" / "results-speak-hostile.json", "the report"))  # fmt: skip
     run = Run("piper-tts", **vars(opts))
     extra = {"PYTHONPATH": str(opts.code)} if opts.code else {}
-    with tempfile.TemporaryDirectory() as workdir:
-        rig = Rig(TEST_MODEL.parent, Path(workdir))
-        try:
-            env = speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, **extra)
-            # -P: not the working directory first on sys.path (python -m puts it there), so --code's tree is run
-            server = TimedServer(
-                env, stderr_path=rig.workdir / "server.log", command=[sys.executable, "-P", "-m", "mcp_listen"]
-            )
+    with Rig(TEST_MODEL.parent) as rig:
+        env = speaking_env(rig.mic.env, rig.workdir, VOICE_PATH.parent, **extra)
+        # -P: not the working directory first on sys.path (python -m puts it there), so --code's tree is run
+        command = [sys.executable, "-P", "-m", "mcp_listen"]
+        with TimedServer(env, stderr_path=rig.workdir / "server.log", command=command) as server:
             server.initialize()
-            try:
-                server.tool("speak_text", {"text": FOX})  # the voice loaded
-                idle = proc_stats(server.proc.pid)
-                run.report["warm"] = {"rss_mb": round(idle["VmRSS"], 1), "peak_mb": round(idle["VmHWM"], 1)}
-                rows = [one_text(server, name, text, opts.stop_after, by_cancel=i % 2 == 1)
-                        for i, (name, text) in enumerate(HOSTILE_TEXTS.items())]  # fmt: skip
-                run.report["texts"] = rows
-            finally:
-                close_server(server)
-        finally:
-            rig.close()
+            server.tool("speak_text", {"text": FOX})  # the voice loaded
+            idle = proc_stats(server.proc.pid)
+            run.report["warm"] = {"rss_mb": round(idle["VmRSS"], 1), "peak_mb": round(idle["VmHWM"], 1)}
+            rows = [one_text(server, name, text, opts.stop_after, by_cancel=i % 2 == 1)
+                    for i, (name, text) in enumerate(HOSTILE_TEXTS.items())]  # fmt: skip
+            run.report["texts"] = rows
     report = run.end()
     spoken = [r for r in report["texts"] if "cpu_after_stop_s" in r]
     report["summary"] = {

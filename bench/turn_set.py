@@ -5,15 +5,10 @@
 `--align` chooses the cuts again (whisper base's word timestamps, tests/assets/ggml-base.bin; `widen`:
 batch 2 only) and rewrites bench/turn_set.json; without it the WAVs are rebuilt from that file alone.
 
-- *thinking*: a recording cut in a real word gap (>= 30 ms of 10 ms windows under 10 % of the peak
-  envelope, within 150 ms of the end of the word whisper places before it) right after a word people
-  pause on (PAUSE_WORDS, WIDEN, a number in a list), then a pause of the recording's own noise floor,
-  then the rest of the sentence. Batch 1: Asterisk prompts (en, es, fr), PER_LANGUAGE. Batch 2 (issue 38):
-  the words of WIDEN, in the Asterisk prompts (en, es, fr, it) and the LibriVox, JFK and CMU clips; where
-  no such gap follows one, a *short* gap (>= 10 ms; the entry's `gap_ms`).
-- *finished*: a whole recording that ends a sentence, the same pause, then an unrelated one (batch 2:
-  as many per language as thinking pauses). Pauses cycle through 1.2-2.5 s. Pins, sha256, licences:
-  bench/realspeech_sources.json (fetched by bench/realspeech_data.py).
+- *thinking*: a recording cut in a real word gap (cuts()) right after a word people pause on
+  (PAUSE_WORDS, WIDEN, a number in a list), then a pause of the recording's own noise floor, then the rest.
+- *finished*: a whole recording that ends a sentence, the same pause, then an unrelated one.
+Pauses cycle through 1.2-2.5 s. The two batches and their rules: bench/README.md ("End of turn").
 """
 
 from __future__ import annotations
@@ -24,10 +19,9 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import numpy as np  # noqa: E402
-import realspeech_data as R  # noqa: E402
-from rig import audio_assets  # noqa: E402
+import numpy as np
+import realspeech_data as R
+from rig import audio_assets
 
 SET_FILE = Path(__file__).resolve().parent / "turn_set.json"
 PAUSES_MS = (1200, 1500, 1800, 2100, 2500)
@@ -102,8 +96,8 @@ def words(model, samples: np.ndarray, lang: str) -> list[tuple[str, int]]:
 
 def cuts(spoken: list, samples: np.ndarray, lang: str, reference: str, least: int = 3, vocab: str = "") -> list:
     """(word, sample at the middle of the gap after it, the words before, gap ms) for each pause word
-    (`vocab`, else PAUSE_WORDS or a number) that a gap of >= `least` windows follows and the reference
-    transcript has, with >= 1 s of speech before and 0.5 s after; `spoken`: words()."""
+    (`vocab`, else PAUSE_WORDS or a number) that a gap of >= `least` windows follows within 150 ms and the
+    reference transcript has, with >= 1 s of speech before and 0.5 s after; `spoken`: words()."""
     runs, out, pause = gaps(samples, least), [], (vocab or PAUSE_WORDS[lang]).split()
     said = set(re.sub(r"[^\w' ]", " ", reference.lower()).split())
     for i, (word, end) in enumerate(spoken[:-1]):
