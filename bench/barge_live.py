@@ -31,6 +31,8 @@ CLIP_TEXT = "please tell me a short story about a lighthouse keeper"
 ANCHORS = {"please", "tell", "short", "story"}
 """The clip's first words: what a transcript holds before the first of them the listener took in before the user
 spoke (the agent's last words, in the pre-roll: "by the sea" heard as "by the scene"), or the user's damaged."""
+BLOCK_MS = 40
+"""A pause silences the speaker at its next block (audio/speaker.py BLOCK_MS): the quiet time's upper bound."""
 DIVERGED = re.compile(rb"diverg|ran away", re.IGNORECASE)
 
 
@@ -41,6 +43,7 @@ def divergences(log: Path, offset: int) -> tuple[int, int]:
 
 
 def cut_in(w: Any, rig: Rig, model: Path, token: str) -> dict[str, Any]:
+    sent = time.monotonic()  # the call's arrival, within a millisecond: first_audio_ms and cut_in_ms count from it
     reply, started = user_cuts_in(w, rig.mic, "converse", {"whisper_model": str(model), "silence_ms": 800}, token)
     data = reply["result"].get("structuredContent") or {}
     clip, monitor = audio_assets.read_wav(speech_clip()), rig.start_monitor()
@@ -51,6 +54,9 @@ def cut_in(w: Any, rig: Rig, model: Path, token: str) -> dict[str, Any]:
     text, spoken = data.get("transcription"), data.get("spoken", {})
     row = {"stopped": bool(spoken.get("interrupted")), "early": reaction is not None and reaction < 0}
     row.update(heard=heard_lighthouse(text), agent_words=agent_words_in(text), reaction_ms=reaction)
+    first, cut = spoken.get("first_audio_ms"), spoken.get("cut_in_ms")
+    quiet = None if first is None or cut is None else (sent + (first + cut) / 1000 - onset) * 1000 + BLOCK_MS
+    row.update(quiet_ms=None if quiet is None else round(quiet), paused_ms=spoken.get("paused_ms"))
     words = re.findall(r"[a-z']+", (text or "").lower())
     row["lead_in"] = words[: next((i for i, word in enumerate(words) if word in ANCHORS), len(words))]
     row.update(wer=round(wer(CLIP_TEXT, text or ""), 3), clip_match=round(peak, 3), played_ms=spoken.get("played_ms"))
@@ -65,6 +71,7 @@ def alone(w: Any, model: Path) -> dict[str, Any]:
     spoken = data.get("spoken", {})
     row = {"stopped": bool(spoken.get("interrupted")), "agent_words": agent_words_in(data.get("transcription"))}
     row.update(played_ms=spoken.get("played_ms"), cpu_pct=round(100 * (proc_stats(pid)["cpu_s"] - cpu) / wall, 1))
+    row["paused_ms"] = spoken.get("paused_ms")  # its own voice paused it (then it played on)
     row["passed"] = not row["stopped"] and not data.get("transcription") and not result.get("isError")
     return {**row, "transcription": data.get("transcription"), **failure(result)}  # any words: its own voice
 
@@ -123,11 +130,14 @@ def summarise(rows: dict[str, list]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for case, runs in rows.items():
         out[case] = {"runs": len(runs), "divergences": sum(r.get("divergences", 0) for r in runs)}
-        for key in ("passed", "stopped", "agent_words", "error", "early", "heard", "lead_in"):
+        for key in ("passed", "stopped", "agent_words", "error", "early", "heard", "lead_in", "paused_ms"):
             out[case][key] = sum(1 for r in runs if r.get(key))
     cut = rows["cut_in"]
     stops = [r["reaction_ms"] for r in cut if r.get("stopped") and (r.get("reaction_ms") or -1) >= 0]
     out["cut_in"]["reaction_ms"] = summary(stops)
+    out["cut_in"]["quiet_ms"] = summary(
+        r["quiet_ms"] for r in cut if r.get("stopped") and r.get("quiet_ms") is not None
+    )
     out["cut_in"]["wer_pct"] = summary(100 * r["wer"] for r in cut if "wer" in r)
     out["alone"]["cpu_pct"] = summary(r["cpu_pct"] for r in rows["alone"] if "cpu_pct" in r)
     return out
@@ -140,7 +150,10 @@ def show(report: dict[str, Any]) -> None:
                   f"heard them; returned after the user began {s['returned_s']} s")  # fmt: skip
             continue
         reaction = s.get("reaction_ms", {}).get("median")
-        print(f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} diverged, reaction median {reaction} ms")
+        quiet = s.get("quiet_ms", {}).get("median")
+        print(
+            f"{case}: {s['passed']}/{s['runs']} passed, {s['divergences']} diverged, reaction median {reaction} ms, quiet {quiet} ms"
+        )
     print(f"server log: {report['log']}")
 
 
