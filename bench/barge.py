@@ -1,15 +1,14 @@
-"""Barge-in on echo paths the live rig cannot make: converse's own turn (duplex/barge.py: BargeIn) fed, window
-by window on a simulated clock, what a microphone in a room hears; beside the server's own canceller and echo
-model, the maintained alternatives (bench/cancellers.py), each option on the very same cases.
+"""Barge-in on echo paths and sounds the live rig cannot make: converse's own turn (duplex/barge.py: BargeIn)
+fed, window by window on a simulated clock, what a microphone in a room hears.
 
-    python bench/barge.py [--runs N] [--options product,aec3,livekit,speex] [--json OUT] [--voice P] [--model P]
+    python bench/barge.py [--runs N] [--conditions rooms,sounds,echoes] [--json OUT] [--voice P] [--model P]
 
 The agent is Piper's test voice at three speeds, the user real recorded speech (bench/realspeech_data.py),
-heard through an echo path (delay, gain, a reverberant tail) with steady noise; when the turn stops the
-speech, the echo stops one speaker block later. The turn's clock is this bench's (passed in), so only the
-CPU figure feels other work on the machine; its thresholds are a BargeInConfig (`config`). Per option and condition: false barge-ins,
-reaction beside the same rule's floor on the clip alone, WER beside the clip alone, ERLE, CPU (bench/README.md,
-"Barge-in"). `livekit` needs `pip install livekit`, `speex` Debian's libspeexdsp1.
+heard through an echo path (delay, gain, a reverberant tail) with steady noise, or an interferer made with
+sox and espeak-ng; a pause silences the speech one speaker block later, a resume plays on. The turn's clock is
+this bench's (passed in), so only the CPU figure feels other work on the machine; its thresholds are a
+BargeInConfig (`config`), its confirmation whisper (tiny.en by default), as converse's. bench/README.md
+("Barge-in") says what each figure measures.
 """
 
 from __future__ import annotations
@@ -27,12 +26,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-from cancellers import OPTIONS, RecordingCanceller, erle_db, parts
 from clips import errors, real
 from rig import RATE, ROOT, TEST_MODEL
 from rig import audio_assets as A
 from speak import SENTENCES, VOICE_PATH
 from stats import Run, cli, save_report, summary, verdict
+
+from mcp_listen.duplex.confirm import AgentWords, spoken_words
 
 WINDOW = 512
 VOICE_RATE = 22050
@@ -75,8 +75,6 @@ SPEEDS = (0.8, 1.0, 1.25)
 RT60_S = 0.3
 TAIL_DB = -12.0
 """The reverberant tail: exponentially decaying noise, 60 dB down in RT60_S, starting TAIL_DB below the direct echo."""
-NEVER_S = 1e9
-"""relearn_s for the options without an echo model: the delay is never measured again for it."""
 TARGETS = {"reaction_median_ms": 450.0, "reaction_p90_ms": 600.0, "over_floor_ms": 60.0, "wer_points": 5.0, "cpu_pct": 10.0}  # fmt: skip
 
 
@@ -100,12 +98,10 @@ def echo(played16: Any, ir: Any, length: int, start: int) -> Any:
     return np.pad(out, (start, max(0, length - start - n)))[:length]
 
 
-def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: Any = None, words: Any = None) -> dict:
+def one_turn(case: dict[str, Any], clock: Any, vad: Any, config: Any = None, words: Any = None) -> dict:
     """One converse turn with barge-in, simulated: returns when it went quiet for good, what it handed on, its
     pauses for sounds that were not the user, and how long it took. The speaker plays the speech in segments
     (a pause cuts one, a resume starts the next from the first block not heard); the microphone hears their echo."""
-    import dataclasses
-
     import soxr
 
     from mcp_listen.duplex.barge import BargeIn
@@ -165,13 +161,9 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: An
 
     playback.start, playback.stop, playback.pause, playback.resume = start, stop, pause, resume
     heard()
-    inner, model = parts(option)
-    canceller = RecordingCanceller(inner)
-    config = config or DEFAULT
-    if model is not None:  # no model to relearn: the rule on the canceller decides, the delay never measured again
-        config = dataclasses.replace(config, relearn_s=NEVER_S)
+    canceller = RecordingCanceller()
     turn = BargeIn(
-        playback, case["text"], 1.0, vad, canceller, model, config=config, clock=clock.monotonic, words=words
+        playback, case["text"], 1.0, vad, canceller, config=config or DEFAULT, clock=clock.monotonic, words=words
     )  # type: ignore[arg-type]
 
     def microphone():
@@ -222,6 +214,33 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, option: str, config: An
     }
 
 
+class RecordingCanceller:
+    """The server's canceller, keeping what went in and came out (for the ERLE)."""
+
+    def __init__(self) -> None:
+        from mcp_listen.duplex.echo import Canceller
+
+        self._inner, self.pairs = Canceller(), []
+
+    def clean(self, near: Any, far: Any) -> Any:
+        out = self._inner.clean(near, far)
+        self.pairs.append((near, out))
+        return out
+
+    def reset(self) -> None:
+        self._inner.reset()
+
+
+def erle_db(pairs: list[tuple[Any, Any]], first: int, last: int) -> float | None:
+    """Echo return loss enhancement over windows [first, last): what went in against what came out."""
+    chosen = pairs[first:last]
+    near = np.concatenate([p[0] for p in chosen]).astype(np.float64) if chosen else np.zeros(0)
+    if not near.any():
+        return None
+    out = np.concatenate([p[1] for p in chosen]).astype(np.float64)
+    return round(10 * np.log10(np.mean(near**2) / max(np.mean(out**2), 1e-3)), 1)
+
+
 class _Iterable:
     """A microphone for the turn: `latency_s` and the windows."""
 
@@ -270,17 +289,14 @@ def users() -> list[dict[str, Any]]:
     return chosen
 
 
-def reaction_floor_ms(samples: Any, stop_to_silence_ms: float, rule: str) -> float:
-    """The reaction of the `rule`'s Silero part with no agent: a fresh Silero on the clip alone, from its first loud
-    sample to the window on which the rule's windows average its probability, plus the input latency and the
-    speaker's cancel -> silence. The clips open with 0-280 ms of breath no rule on speech hears as speech."""
+def reaction_floor_ms(samples: Any, stop_to_silence_ms: float) -> float:
+    """The reaction of the double-talk rule's Silero part with no agent: a fresh Silero on the clip alone, from its
+    first loud sample to the window on which the rule's windows average its probability, plus the input latency
+    and the speaker's cancel -> silence. The clips open with 0-280 ms of breath no rule on speech hears as speech."""
     from mcp_listen.duplex.config import DEFAULT
     from mcp_listen.speech.vad import SileroVAD
 
-    double_talk = (DEFAULT.onset_windows, DEFAULT.onset_probability)
-    windows, probability = (
-        double_talk if rule == "double_talk" else (DEFAULT.strict_windows, DEFAULT.strict_probability)
-    )
+    windows, probability = DEFAULT.onset_windows, DEFAULT.onset_probability
     vad = SileroVAD()
     lead = RATE // 2
     padded = np.concatenate([np.zeros(lead), samples, np.zeros(lead)])
@@ -318,63 +334,52 @@ class Whisper:
 
 
 def run_condition(condition: dict[str, Any], parts_: dict[str, Any], opts: Any, seed: int, clock: Any) -> dict:
-    """Every option on the same cases: `--runs` of the agent alone (with the condition's interferer, if any), and
-    unless it has one, as many with the user cutting in. The product confirms the user with whisper, as converse."""
+    """`--runs` of the agent alone (with the condition's interferer, if any), and unless it has one, as many with
+    the user cutting in; the turn confirms the user with whisper, as converse does."""
     from mcp_listen.speech.vad import SileroVAD
 
     rng, nrng, vad, texts = random.Random(seed), np.random.default_rng(seed), SileroVAD(), Agent.KINDS
-    out: dict[str, dict[str, Any]] = {o: {"agent_alone": [], "user_cuts_in": []} for o in opts.options}
-    sound = condition.get("sound")
+    out: dict[str, list[Any]] = {"agent_alone": [], "user_cuts_in": []}
+    sound, words = condition.get("sound"), parts_["whisper"].words
     for i in range(opts.runs):
         kind = "long@1.0" if sound is not None else texts[i % len(texts)]
         far = parts_["agent"].says(kind)
-        case = {
-            "far": far,
-            "text": Agent.TEXTS[kind.split("@")[0]],
-            "room": echo_path(condition, nrng),
-            "user": None,
-            "user_at": 0,
-        }
+        text, room = Agent.TEXTS[kind.split("@")[0]], echo_path(condition, nrng)
+        case = {"far": far, "text": text, "room": room, "user": None, "user_at": 0}
         case["noise"] = _noise(condition, None, far, nrng)
         if sound is not None:
             case["interferer"], case["interferer_at"] = parts_["sounds"][sound], int(4.1 * RATE)
-        for option in opts.options:
-            result = one_turn(case, clock, vad, option, words=parts_["whisper"].words if option == "product" else None)
-            aligned = result["aligned_window"]
-            erle = erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW))
-            answer = parts_["whisper"].words(result["handed"][: 4 * RATE]) if result["barged"] else None
-            out[option]["agent_alone"].append({"text": kind, "barged": result["barged"], "erle_db": erle,
-                "pauses": result["pauses"], "quiet_ms": result["quiet_ms"], "answer": answer,
-                "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2)})  # fmt: skip
+        result = one_turn(case, clock, vad, words=words)
+        aligned = result["aligned_window"]
+        erle = erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW))
+        answer = words(result["handed"][: 4 * RATE]) if result["barged"] else None
+        after = AgentWords(text).taken_off(words(result["handed"][: 2 * RATE])) if not result["barged"] else ""
+        out["agent_alone"].append({"text": kind, "barged": result["barged"], "erle_db": erle,
+            "pauses": result["pauses"], "quiet_ms": result["quiet_ms"], "answer": answer,
+            "agents_words": agents_words(after, "", text),
+            "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2)})  # fmt: skip
     for i in range(0 if sound is not None else opts.runs):
         clip = parts_["users"][i % len(parts_["users"])]
         far = parts_["agent"].says(f"long@{SPEEDS[i % len(SPEEDS)]}")
-        user = clip["samples"]
-        user_at = int((0.1 + rng.uniform(2.0, 5.0)) * RATE)
-        case = {
-            "far": far,
-            "text": Agent.TEXTS["long"],
-            "room": echo_path(condition, nrng),
-            "user": user,
-            "user_at": user_at,
-        }
-        case["noise"] = _noise(condition, user, far, nrng)
-        for option in opts.options:
-            words = parts_["whisper"].words if option == "product" else None
-            row = _cut_in_row(one_turn(case, clock, vad, option, words=words), clip, user_at, parts_, option)
-            out[option]["user_cuts_in"].append(row)
+        user_at, room = int((0.1 + rng.uniform(2.0, 5.0)) * RATE), echo_path(condition, nrng)
+        case = {"far": far, "text": Agent.TEXTS["long"], "room": room, "user": clip["samples"], "user_at": user_at}
+        case["noise"] = _noise(condition, clip["samples"], far, nrng)
+        out["user_cuts_in"].append(_cut_in_row(one_turn(case, clock, vad, words=words), clip, user_at, parts_))
     return out
 
 
-def agents_words(said: str, clip_text: str) -> list[str]:
-    """The words of an answer that the agent said and the user did not."""
-    from mcp_listen.duplex.confirm import spoken_words
+def agents_words(said: str, clip_text: str, agent_text: str = Agent.TEXTS["long"]) -> list[str]:
+    """The agent's phrases in an answer (as converse gives it, its leading echo taken off): runs of 3 or more
+    words it said in that order, less the words the user said too (a pair like "for the" is whisper mishearing
+    the user as often), or only its last words."""
+    heard, agent, user = spoken_words(said), spoken_words(agent_text), set(spoken_words(clip_text))
+    runs = {tuple(agent[i : i + 3]) for i in range(len(agent) - 2)}
+    found = {k for i in range(len(heard) - 2) if tuple(heard[i : i + 3]) in runs for k in (i, i + 1, i + 2)}
+    lone = heard if 0 < len(heard) <= 2 and heard == agent[-len(heard) :] else []
+    return [heard[k] for k in sorted(found) if heard[k] not in user] + lone
 
-    agent, user = set(spoken_words(Agent.TEXTS["long"])), set(spoken_words(clip_text))
-    return [w for w in spoken_words(said) if w in agent and w not in user]
 
-
-def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, parts_: dict, option: str) -> dict:
+def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, parts_: dict) -> dict:
     onset_s, stopped = (user_at + first_loud(clip["samples"])) / RATE, result["stopped_s"]
     early = result["barged"] and stopped - INPUT_LATENCY_S < user_at / RATE  # on windows before the recording began
     lead_in = result["barged"] and not early and stopped < onset_s  # its breath, before the first sample over -40 dBFS
@@ -382,11 +387,11 @@ def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, part
     handed = _until_silence(result["handed"], result["stopped_s"], clip, user_at)
     said = parts_["whisper"].words(handed) if result["barged"] else ""
     ref_errors, ref_words = errors(clip["text"], said)
-    floor = parts_["floor"]["double_talk" if option == "product" else "strict"]  # the rule that decides
+    floor = parts_["floor"]
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "in_lead_in": lead_in,
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
         "reaction_floor_ms": floor[clip["id"]], "heard": said, "errors": ref_errors,
-        "agents_words": agents_words(said, clip["text"]), "pauses": result["pauses"], "quiet_ms": result["quiet_ms"],
+        "agents_words": agents_words(AgentWords(Agent.TEXTS["long"]).taken_off(said), clip["text"]), "pauses": result["pauses"], "quiet_ms": result["quiet_ms"],
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
 
 
@@ -435,7 +440,7 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
          "pauses_alone": sum(r.get("pauses", 0) for r in alone), "runs_paused": sum(bool(r.get("pauses")) for r in alone),
          "quiet_ms_per_pause": summary(r["quiet_ms"] / r["pauses"] for r in alone if r.get("pauses")),
          "answers_from_no_user": sum(bool(r.get("answer")) for r in alone),
-         "answers_with_agents_words": sum(bool(r.get("agents_words")) for r in cut),
+         "answers_with_agents_words": sum(bool(r.get("agents_words")) for r in cut + alone),
          "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
          "cpu_pct_of_one_core": summary(r["cpu_pct_of_one_core"] for r in alone)}  # fmt: skip
     gap = None if reaction.get("median") is None else reaction["median"] - floor["median"]
@@ -454,33 +459,30 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    """One line per option and condition: the README's table."""
+    """One line per condition: the README's table."""
     print(f"\nbarge-in, {report['config']['runs']} runs per condition and case")
-    print("option | condition | false stops (alone + before the user) | users caught | reaction median / p90 "
-          "(floor) ms | WER / alone % | ERLE dB | CPU % | misses")  # fmt: skip
-    for option, conditions in report["summary"].items():
-        for name, s in conditions.items():
-            r, f = s["reaction_ms"], s["reaction_floor_ms"]
-            missed = [k for k, v in s["targets"].items() if v.get("ok") is False]
-            print(f"{option} | {name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
-                  f"{s['barge_ins_detected']} of {s['runs_user']} ({s.get('caught_in_lead_in', 0)} in the lead-in) | {r.get('median')} / {r.get('p90')} ({f.get('median')}) | "
-                  f"{s['wer_pct']} / {s['wer_alone_pct']} | {s['erle_db'].get('median')} | "
-                  f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}")  # fmt: skip
+    print("condition | false stops (alone + before the user) | paused (runs) | quiet per pause median ms | answers | "
+          "users caught | reaction median / p90 (floor) ms | WER / alone % | agent's words | ERLE dB | CPU % | misses")  # fmt: skip
+    for name, s in report["summary"].items():
+        r, f, q = s["reaction_ms"], s["reaction_floor_ms"], s["quiet_ms_per_pause"]
+        missed = [k for k, v in s["targets"].items() if v.get("ok") is False]
+        print(f"{name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
+              f"{s['runs_paused']} | {q.get('median')} | {s['answers_from_no_user']} | "
+              f"{s['barge_ins_detected']} of {s['runs_user']} ({s.get('caught_in_lead_in', 0)} in the lead-in) | "
+              f"{r.get('median')} / {r.get('p90')} ({f.get('median')}) | {s['wer_pct']} / {s['wer_alone_pct']} | "
+              f"{s['answers_with_agents_words']} | {s['erle_db'].get('median')} | "
+              f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--runs", 20, "runs per condition, of the agent alone and as many with the user"),
-        ("--options", "product", f"comma-separated, of {', '.join(OPTIONS)}"),
         ("--conditions", "rooms,sounds,echoes", "comma-separated groups: rooms, sounds (interferers), echoes (late, clipped)"),
         ("--json", ROOT / "bench" / "results-barge.json", "the report"), ("--voice", VOICE_PATH, "the agent's Piper voice"),
         ("--model", TEST_MODEL, "whisper model for the words"))  # fmt: skip
-    opts.options = [o for o in opts.options.split(",") if o]
-    if unknown := [o for o in opts.options if o not in OPTIONS]:
-        raise SystemExit(f"--options: unknown {unknown}; known: {', '.join(OPTIONS)}")
-    run = Run("pywebrtc-audio", "piper-tts", runs=opts.runs, options={o: OPTIONS[o] for o in opts.options},
+    run = Run("pywebrtc-audio", "piper-tts", runs=opts.runs,
               voice=opts.voice.name, model=opts.model.name, speeds=SPEEDS, input_latency_s=INPUT_LATENCY_S)  # fmt: skip
     clock, whisper, clips, stop_ms = simulated_clock(), Whisper(opts.model), users(), _stop_to_silence_ms()
-    floor = {r: {c["id"]: reaction_floor_ms(c["samples"], stop_ms, r) for c in clips} for r in ("double_talk", "strict")}  # fmt: skip
+    floor = {c["id"]: reaction_floor_ms(c["samples"], stop_ms) for c in clips}
     parts_ = {"agent": Agent(opts.voice), "users": clips, "whisper": whisper, "stop_to_silence_ms": stop_ms,
               "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "floor": floor, "sounds": sounds()}  # fmt: skip
     room = CONDITIONS["full level, no delay"]
@@ -488,11 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = {name: c for group in opts.conditions.split(",") for name, c in groups[group].items()}
     report = run.report
     report["config"].update(clips=[c["id"] for c in clips], stop_to_silence_ms=stop_ms)
-    report["options"] = {o: {} for o in opts.options}
+    report["conditions"] = {}
     for seed, (name, condition) in enumerate(chosen.items()):
-        for option, rows in run_condition(condition, parts_, opts, seed, clock).items():
-            report["options"][option][name] = {"condition": condition, **rows}
-    report["summary"] = {o: {n: summarise(rows) for n, rows in conds.items()} for o, conds in report["options"].items()}
+        report["conditions"][name] = {"condition": condition, **run_condition(condition, parts_, opts, seed, clock)}
+    report["summary"] = {name: summarise(rows) for name, rows in report["conditions"].items()}
     save_report(run.end(), opts.json, print_table)
     return 0
 

@@ -78,7 +78,14 @@ def check_barge_in(settings: Settings) -> Check:
     except Exception as exc:  # noqa: BLE001 - a broken native library: say so, the tools fall back
         detail = f"barge-in is {state}, but the echo canceller failed to run ({type(exc).__name__}): {FALLBACK}"
         return Check("barge_in", BARGE_IN, WARN, detail, INSTALL_SPEAK, {**data, "fallback": "half-duplex"})
-    return Check("barge_in", BARGE_IN, OK, f"WebRTC AEC3 ready; barge-in {state} ({switch})", data=data)
+    detail = f"WebRTC AEC3 ready; barge-in {state} ({switch}). {OTHER_TALKERS}"
+    return Check("barge_in", BARGE_IN, OK, detail, data=data)
+
+
+OTHER_TALKERS = (
+    "Claps, music and the agent's own voice only pause the speech; another person talking, or a TV, counts as the "
+    "user and stops it."
+)
 
 
 FALLBACK = "converse listens only after it speaks and speak_text plays without listening, each saying so in its warning"

@@ -30,6 +30,8 @@ spelling of a word ("okay" / "ok", "colour" / "color") is not the user's own wor
 SAME_PHRASE = 0.7
 """How alike the letters heard and a stretch of the agent's text must be for all of them to be its own: whisper
 hears the agent's words cut off at the pause's edges ("A man with a s..." as "Amen with us")."""
+TAIL_WORDS = 2
+"""An answer that is only the agent's last words, up to this many, is its late echo."""
 PHRASE_LETTERS = 8
 """Fewer letters than this are judged word by word: a short answer ("no", "stop") is in any long text."""
 
@@ -94,7 +96,11 @@ class AgentWords:
 
     def taken_off(self, text: str, least: int = 2) -> str:
         """`text` without a leading run of at least `least` words the agent said in that order (its echo,
-        heard before the user's own words); the rest as whisper wrote it."""
+        heard before the user's own words), the rest as whisper wrote it; nothing when it is only the agent's
+        last TAIL_WORDS words (the end of the speech, from a speaker later than the delay PortAudio reports)."""
+        said = spoken_words(text)
+        if 0 < len(said) <= TAIL_WORDS and said == self._in_order[-len(said) :]:
+            return ""
         tokens = text.split()
         for length in range(len(tokens), least - 1, -1):
             said = [word for token in tokens[:length] for word in spoken_words(token)]

@@ -344,6 +344,8 @@ def test_the_agents_echo_is_taken_off_the_front_of_an_answer_and_nothing_else():
     assert agent.taken_off("Thursday evening? No, Friday.") == "No, Friday."
     assert agent.taken_off("Thursday is fine.") == "Thursday is fine.", "one word of the agent's may be the user's"
     assert agent.taken_off("No, Thursday evening.") == "No, Thursday evening."
+    assert agent.taken_off("evening.") == "" and agent.taken_off("Thursday evening?") == "", "its late echo alone"
+    assert agent.taken_off("Thursday.") == "Thursday.", "not its last word: the user's answer"
 
 
 # ---------------------------------------------------------------- the wire
