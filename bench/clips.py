@@ -1,9 +1,10 @@
 """The spoken material and its score: espeak-ng sentences joined with natural pauses (the test helpers'
 cached espeak-ng, so byte for byte the same; no numbers, which whisper writes as digits), the real
-recordings made playable, and word error rate."""
+recordings made playable, word error rate, and the stop latency of a capture counted on its WAV."""
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import realspeech_data
-from rig import RATE
+from rig import RATE, Rig, TimedServer
 from rig import audio_assets as A
 from speech_checks import edits
 
@@ -122,3 +123,23 @@ def corpus_wer(pairs: list[tuple[str, str]]) -> float | None:
     counts = [errors(r, h) for r, h in pairs]
     total = sum(n for _, n in counts)
     return round(100 * sum(e for e, _ in counts) / total, 2) if total else None
+
+
+def capture_stop(rig: Rig, server: TimedServer, clip: Clip, silence_ms: int, token: str) -> dict[str, Any]:
+    """One capture_audio with stop_on_silence while `clip` plays: stop latency and wall-clock figures.
+    ValueError when the WAV ends before the speech does (stopped at an inner pause)."""
+    args = {"stop_on_silence": True, "silence_ms": silence_ms, "duration_ms": 20000}
+    run = rig.play_during(server, "capture_audio", args, clip.path, token)
+    data = run["result"]
+    wav = A.read_wav(data["path"])
+    os.unlink(data["path"])
+    ref, offset = clip.reference()
+    lag, peak = A.xcorr_align(wav, ref)
+    clock = rig.speech_end(clip, run["t_play"], run["t_reply"])
+    t_rec_end = rig.start_monitor().time_of(clock["monitor_start"] - (lag - offset) + len(wav))  # the WAV's last sample
+    t_fin = server.notice(token, "Recording finished")
+    return {"clip": clip.name, "stopped_by": data.get("stopped_by"), "wav_peak": round(peak, 5),
+            "stop_latency_ms": (len(wav) - lag - (clip.last_loud - offset) - 1) * 1000 / RATE - silence_ms,
+            "rec_end_to_result_ms": (run["t_reply"] - t_rec_end) * 1000,
+            "finished_notice_to_result_ms": (run["t_reply"] - t_fin) * 1000 if t_fin else None,
+            "play_start_latency_ms": clock["play_start_latency_ms"]}  # fmt: skip

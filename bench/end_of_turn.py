@@ -1,23 +1,8 @@
-"""end_of_turn "smart" against "silence" on the turn set (bench/turn_set.py): thinking pauses held, finished turns ended.
+"""end_of_turn "smart" against "silence" on the turn set (bench/turn_set.py): thinking pauses held, finished
+turns ended. bench/README.md ("End of turn") explains the offline replay, the live run and each figure.
 
     python bench/end_of_turn.py [--offline] [--model tests/assets/ggml-base.bin] [--json OUT]
-
---offline judges each signal alone on what the listener has when it asks, without the live rig: the
-end of speech where the server's listener puts it (the clip after LEAD_MS of digital silence,
-as played live), whisper on the audio up to the word's tail past it (listener.TRAILING_KEEP_MS), the
-audio model's least sure answer over EndOfTurnConfig.pause_heard_ms past it (`p`; `answers` worked out until
-one decides, their `voice_ms`, `last_answer_ms` the last one's: what is left once the pause is heard) and
-each answer alone (`p@T`). The signals: the text rule as it was (whisper's full stop believed), the words
-without that full stop (speech/turns.py), the audio model, and the rule that combines them
-(speech/turns.py `judge`), at each threshold and with one answer at each end in place of the least;
-silence alone ends every pause.
-
-Live (the default): each utterance through the real server (transcribe_voice, silence_ms 1000, the
-clip's language), once per mode; a clip whose pause comes over PAUSE_BY_MS in begins later (`played`).
-The turn *ended at the pause* when the result's recording ends within the pause, and not by
-duration_ms; each row keeps the result's end_reason and end_signal. For finished turns that ended there: the result's arrival after the last loud sample
-before the pause (play start + its offset; the playback latency is the same in both modes), minus
-silence_ms. The server's CPU seconds per utterance, per mode.
+    python bench/end_of_turn.py --choppy 60      # the server's CPU on choppy speech, per mode
 """
 
 from __future__ import annotations
@@ -40,7 +25,6 @@ SETTLED_MS = 700
 """Pause heard before the end of speech is read: past Silero's hangover, so it no longer moves."""
 PAUSE_BY_MS = 20000
 """Live, the pause comes at most this far into the clip played (`played`)."""
-THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 def rates(rows: list[dict], finished: str) -> dict[str, Any]:
@@ -63,11 +47,8 @@ def speech_end(vad: Any, entry: dict) -> int:
 
     never, lead = 10**9, 16 * LEAD_MS  # no stop: a finished turn's first sentence may hold a pause of silence_ms
     endpointer = Endpointer(EndpointConfig(silence_ms=never, max_ms=never, no_speech_timeout_ms=never))
-    replay(
-        vad,
-        endpointer,
-        np.concatenate([np.zeros(lead, np.int16), entry["samples"][: entry["pause_at"] + 16 * SETTLED_MS]]),
-    )
+    heard = entry["samples"][: entry["pause_at"] + 16 * SETTLED_MS]
+    replay(vad, endpointer, np.concatenate([np.zeros(lead, np.int16), heard]))
     return (endpointer.last_speech_window + 1) * 512 - lead
 
 
@@ -92,9 +73,8 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
             began = time.perf_counter()
             each[f"p@{ms}"] = round(voice.probability(e["samples"][: end + 16 * ms]), 3)
             ms_each.append((time.perf_counter() - began) * 1000)
-        worked = next(
-            (i + 1 for i, q in enumerate(each.values()) if q < VOICE_THRESHOLD), len(each)
-        )  # VoiceAtPause stops there
+        # VoiceAtPause works them out in order and stops at the first under the threshold
+        worked = next((i + 1 for i, q in enumerate(each.values()) if q < VOICE_THRESHOLD), len(each))
         p, voice_ms = min(each.values()), sum(ms_each[:worked])
         rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "batch": e.get("batch", 1), "word": e.get("word"),
                      "gap_ms": e.get("gap_ms"), "text": "".join(s.text for s in pieces).strip(), "end_past_cut_ms": (end - e["pause_at"]) // 16,
@@ -146,18 +126,17 @@ def breakdown(rows: list[dict], rule: str) -> dict[str, Any]:
 
 
 def score(rows: list[dict]) -> dict[str, Any]:
-    """Each signal alone and the rule, from the rows' text and voice probability (no whisper, no model)."""
+    """Each signal alone and the rule at the voice's threshold, from the rows' text and voice probability (no
+    whisper, no model)."""
+    from mcp_listen.speech.ending import SMART
     from mcp_listen.speech.turns import judge, sounds_finished, words_say
 
+    t = SMART.voice_threshold
     for r in rows:
         r["today"], r["words"] = sounds_finished(r["text"], r["lang"]), words_say(r["text"], r["lang"]) != "unfinished"
-    signals = {name: rates(rows, name) for name in ("silence", "today", "words")}
-    for t in THRESHOLDS:
-        for r in rows:
-            r[f"voice@{t}"] = r["p"] >= t
-            r[f"judge@{t}"] = getattr(judge(r["text"], r["lang"], r["p"], t), "finished", True)
-        signals[f"voice@{t}"], signals[f"judge@{t}"] = rates(rows, f"voice@{t}"), rates(rows, f"judge@{t}")
-    return signals
+        r[f"voice@{t}"] = r["p"] >= t
+        r[f"judge@{t}"] = getattr(judge(r["text"], r["lang"], r["p"], t), "finished", True)
+    return {name: rates(rows, name) for name in ("silence", "today", "words", f"voice@{t}", f"judge@{t}")}
 
 
 def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, token: str) -> tuple[float, dict, float]:
@@ -172,9 +151,7 @@ def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, to
         t_reply, msg = server.reply(rid, timeout=90)
     finally:
         stop_player(player)
-    data = dict((msg.get("result") or {}).get("structuredContent") or {})
-    said = [str(p.get("message", "")) for _, p in server.progress_for(token)]
-    data["judged_held"] = any(m.startswith("Holding") for m in said)  # the verdict held a pause, not its absence
+    data = (msg.get("result") or {}).get("structuredContent") or {}
     return t_reply - t_play, data, server.stats["cpu_s"] - cpu
 
 
@@ -203,7 +180,7 @@ def live(rig: Rig, model: Path, entries: list[dict], modes: list[str]) -> dict[s
                 ended = data.get("end_reason") != "duration" and len(lead) + e["pause_at"] < data.get("duration_ms", 0) * 16 < len(lead) + e["resumes"]  # fmt: skip
                 after = seconds * 1000 - last_loud / 16 - SILENCE_MS
                 rows.append({"id": e["id"], "kind": e["kind"], "lang": e["lang"], "mode": mode, "ended": ended,
-                             "finished": ended, "end_reason": data.get("end_reason"), "end_signal": data.get("end_signal"), "judged_held": data["judged_held"], "cpu_s": round(cpu, 3),
+                             "finished": ended, "end_reason": data.get("end_reason"), "end_signal": data.get("end_signal"), "cpu_s": round(cpu, 3),
                              "post_speech_ms": round(after, 1) if ended else None, "text": data.get("transcription") or ""})  # fmt: skip
                 print(rows[-1], flush=True)
     out: dict[str, Any] = {"rows": rows}

@@ -1,11 +1,8 @@
-"""Where the endpointer stops on real voices and in noisy rooms, replayed offline (no clock).
+"""Where the endpointer stops on real voices and in noisy rooms, replayed offline (no clock): each clip fed
+window by window through the server's own listener (its SileroVAD and Endpointer) at `--phases` window
+alignments, counted in samples (load-proof). bench/README.md ("Endpoint replay") describes each set.
 
     python bench/endpoint_replay.py [--phases 8] [--set NAME=VALUE,...] [--only real,espeak,loud,quiet,rooms,pauses]
-
-Capture is bit-exact, so each clip fed window by window through the server's own listener (its SileroVAD
-and Endpointer) gets the decisions the server makes live, at `--phases` window alignments, counted in
-samples (load-proof).
-bench/README.md ("Endpoint replay") describes each set and what "early", "cut" and "by the credit" mean.
 """
 
 from __future__ import annotations

@@ -1,22 +1,23 @@
-"""Real human recordings through the virtual microphone into the real server, per whisper model.
+"""Real human recordings through the virtual microphone into the real server, per whisper model: the WER
+gap, the result after the silence window, the first call, the stop. bench/README.md ("Real speech")
+explains the clips, each figure and the options.
 
     python bench/realspeech.py --model tests/assets/ggml-tiny.en.bin [--model M ...] [--runs 1] [--fresh 3] [--threads 0]
-
-Per model: WER of the pipeline and of the whole clip transcribed here, the result after the silence
-window, the first call in a fresh server; once, the stop after the end of speech (in samples). `--busy N`
-spins N cores meanwhile. bench/README.md ("Real speech") explains the clips and each figure.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-import latency
-from clips import Clip, corpus_wer, playable, real, words
+from clips import Clip, capture_stop, corpus_wer, playable, real, words
 from rig import ROOT, TEST_MODEL, Rig, busy_cpus
 from stats import Run, cli, save_report, summary, verdict
+
+from mcp_listen.whisper import text as W
+from mcp_listen.whisper.transcriber import Transcriber
 
 
 def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
@@ -61,7 +62,7 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) 
     one-call sessions; the figures, with how busy the machine was meanwhile."""
     during, work, tag = Run(), jobs(entries, model), model.stem.removeprefix("ggml-")
     print(f"[{tag}] {len(work)} jobs: whole clips in process, then through the server", flush=True)
-    whole = latency.transcribe_whole(model, opts.threads, [(f"{e['id']}/{lang}", clips[e["id"]], lang)
+    whole = transcribe_whole(model, opts.threads, [(f"{e['id']}/{lang}", clips[e["id"]], lang)
                                                            for e, lang in work], opts.runs)  # fmt: skip
     calls: list[dict] = []
     for r in range(opts.runs):
@@ -75,6 +76,26 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) 
     return figures
 
 
+def transcribe_whole(model: Path, threads: int, jobs: list[tuple[str, Clip, str]], runs: int) -> dict[str, Any]:
+    """Each (key, clip, language) transcribed at once (Clip.whole) by the project's Transcriber, `runs` times,
+    as the server would (same model, threads, parameters; markers such as [Music] dropped)."""
+    tr = Transcriber(threads=threads or None)
+    t = time.perf_counter()
+    tr.load(model)
+    out: dict[str, Any] = {"_load_ms": round((time.perf_counter() - t) * 1000, 1)}
+    try:
+        for key, clip, language in jobs:
+            audio, texts, times = W.condition(clip.whole()), [], []
+            for _ in range(max(1, runs)):
+                t = time.perf_counter()
+                texts.append(W.usable_text(tr.transcribe(audio, path=model, language=language)) or "")
+                times.append((time.perf_counter() - t) * 1000)
+            out[key] = {"texts": texts, "transcribe_ms": summary(times)}
+    finally:
+        tr.unload()
+    return out
+
+
 def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
     """capture_audio with stop on silence on every clip, the stop counted in samples on the WAV; a clip that
     ends at capture's 20 s ceiling or at an inner pause is left out. No model."""
@@ -83,7 +104,7 @@ def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
         for r in range(opts.stop_runs):
             for name, clip in clips.items():
                 try:
-                    runs.append(latency.capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{name}"))
+                    runs.append(capture_stop(rig, server, clip, opts.silence_ms, f"stop-{r}-{name}"))
                 except ValueError:  # the WAV ends before the speech does
                     runs.append({"clip": name, "stopped_by": "silence (before the end of speech)"})
     kept = [r["stop_latency_ms"] for r in runs if r["stopped_by"] == "silence"]
@@ -178,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def show(report: dict) -> None:
+    """Each model's figures per group; a --compare-threads run is a model of its own ("tiny.en@2")."""
     print(f"stop (capture_audio, samples): {report.get('stop', {}).get('stop_latency_ms')}")
     for tag, m in report["models"].items():
         print(f"{tag}: first call {m['first_call_post_speech_ms']}")
@@ -185,13 +207,6 @@ def show(report: dict) -> None:
             ps = g["post_speech_warm_ms"]
             print(f"  {name:20} WER {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % (gap {g['wer_gap_points']}, "
                   f"{g['reference_words']} words); after the window median {ps.get('median')} p90 {ps.get('p90')} ms")  # fmt: skip
-    for tag, fixed in [(t.split("@")[0], t) for t in report["models"] if "@" in t]:
-        mine, theirs = (
-            report["models"][t]["groups"]["all_fixed_language"]["post_speech_warm_ms"] for t in (tag, fixed)
-        )
-        print(f"{tag}, after the window, median / p90: threads {report['config']['threads'] or 'chosen per pass'} "
-              f"{mine.get('median')} / {mine.get('p90')} ms; {fixed.split('@')[1]} threads {theirs.get('median')} / "
-              f"{theirs.get('p90')} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

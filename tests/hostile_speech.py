@@ -1,4 +1,4 @@
-"""Texts that cost a voice far more than their length: what the speech tests and bench/speak_hostile.py give
+"""Texts that cost a voice far more than their length: what the speech tests and `bench/speak.py --hostile` give
 speak_text with the English test voice. Each is within the text argument's limits (at most 10,000 characters,
 no word over 200 characters except in the scripts written without spaces)."""
 

@@ -119,7 +119,7 @@ def test_the_shrunk_encoder_window_hears_what_the_full_one_hears(
     loaded: T.Transcriber, model_path: Path, jfk: np.ndarray, monkeypatch
 ) -> None:
     """The encoder window cut to the clip (audio_ctx) gives the words of whisper's 30 s window; what it
-    saves in time shows in bench/latency.py's transcription figures, not here."""
+    saves in time shows in bench/realspeech.py's whole-clip transcription figures, not here."""
     audio = W.condition(jfk)
     for label, ctx in (("audio_ctx=auto", None), ("audio_ctx=0 (30 s window)", 0)):
         if ctx is not None:
