@@ -106,3 +106,25 @@ def test_the_cli_shows_the_user_cutting_in_as_it_happens_and_no_barge_in_turns_i
                          text=True, timeout=120)  # fmt: skip
     assert off.returncode == 0, off.stderr
     assert "played_ms" not in json.loads(off.stdout)["spoken"] and "listening began" in off.stderr, off.stderr
+
+
+def test_claps_over_the_agent_never_stop_it_nor_become_the_answer(speak_env, vmic, model_path):
+    """Eight claps (noise bursts of 40 ms) over the long speech at full level: they fire the onset rule over the
+    echo at times, but once the agent is quiet they no longer sound like speech and whisper hears no word of the
+    user's in them, so the speech plays on where it paused and nothing is transcribed. How often each kind of
+    sound pauses it, and for how long, is measured in bench/barge.py."""
+    import audio_assets as A
+
+    claps = A.concat([part for i in range(8) for part in (A.click(40, 0.6, seed=i), A.silence(300))])
+    args = {"text": LONG, "whisper_model": str(model_path), "duration_ms": 1500, "barge_in": True}
+    with wire(speak_env) as w:
+        w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
+        request = w.start("converse", args)
+        w.until(lambda: w.status().get("speaking"), 30, "converse never started speaking")
+        time.sleep(CUT_IN_AFTER_S)
+        vmic.play(claps)
+        reply = w.wait(request["id"], timeout=120)
+    data = reply["result"]["structuredContent"]
+    spoken = data["spoken"]
+    assert spoken["interrupted"] is False and spoken["played_ms"] == spoken["duration_ms"] > 5000, spoken
+    assert not data["transcription"], data
