@@ -28,7 +28,7 @@ from mcp_listen.errors import EXIT_OK, EXIT_UNAVAILABLE, InvalidArgument, Listen
 from mcp_listen.whisper.names import SUGGESTED_MODEL
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
-WHISPER_FIELDS = ("whisper_model", "language", "translate")
+WHISPER_FIELDS = ("whisper_model", "language", "translate", "vocabulary")
 TURN_FIELDS = ("end_of_turn", "max_pause_ms")
 
 
@@ -203,7 +203,8 @@ def transcribe(opts: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(settings)
     model_path = engine.whisper.resolve(args.whisper_model)
     samples = _read_wav(opts.file)
-    session = engine.whisper.open_session(model_path, translate=bool(args.translate), cancel=None)
+    translate, vocabulary = bool(args.translate), engine.vocabulary(args)
+    session = engine.whisper.open_session(model_path, translate=translate, cancel=None, vocabulary=vocabulary)
     raw, *_ = session.transcribe(samples, "", engine.language(args))
     print_json({"transcription": usable_text(raw), "raw": raw.strip(), "model": str(model_path)})
     return EXIT_OK

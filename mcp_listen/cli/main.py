@@ -159,6 +159,11 @@ def _whisper_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--whisper-model", help=f"model name, file name or path (default {limits.DEFAULT_WHISPER_MODEL})")
     p.add_argument("--language", help=f"language code or name, or auto (default {limits.DEFAULT_LANGUAGE})")
     p.add_argument("--translate", action="store_true", default=None, help="English text from any language")
+    p.add_argument(
+        "--vocabulary",
+        help=f"names whisper should prefer, comma-separated, up to {limits.MAX_VOCABULARY_CHARS} characters "
+        '(default MCP_LISTEN_VOCABULARY; "" for none)',
+    )
 
 
 def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool, dictation: bool = False) -> None:

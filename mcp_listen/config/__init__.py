@@ -71,7 +71,7 @@ class Settings:
     defaults: limits.Defaults = limits.Defaults()
     """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,
     MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS, MCP_LISTEN_END_OF_TURN,
-    MCP_LISTEN_MAX_PAUSE_MS, MCP_LISTEN_VOICE): set once in the
+    MCP_LISTEN_MAX_PAUSE_MS, MCP_LISTEN_VOICE, MCP_LISTEN_BARGE_IN, MCP_LISTEN_VOCABULARY): set once in the
     client's config instead of in every call."""
 
     user_defaults: frozenset[str] = frozenset()
@@ -141,6 +141,11 @@ _DEFAULTS = {
     "max_pause_ms": ("MCP_LISTEN_MAX_PAUSE_MS", values.max_pause_ms, limits.ACCEPTED["max_pause_ms"]),
     "voice": ("MCP_LISTEN_VOICE", values.name(limits.MAX_VOICE_CHARS), "a Piper voice name, file name or path"),
     "barge_in": ("MCP_LISTEN_BARGE_IN", values.boolean, limits.ACCEPTED["barge_in"]),
+    "vocabulary": (
+        "MCP_LISTEN_VOCABULARY",
+        values.name(limits.MAX_VOCABULARY_CHARS),
+        limits.ACCEPTED["vocabulary"],
+    ),
 }
 
 

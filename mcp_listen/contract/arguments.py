@@ -38,6 +38,7 @@ from mcp_listen.contract.limits import (
     MAX_SILENCE_MS,
     MAX_SPEAK_CHARS,
     MAX_SPEED,
+    MAX_VOCABULARY_CHARS,
     MAX_VOICE_CHARS,
     MAX_WHISPER_MODEL_CHARS,
     MAX_WORD_CHARS,
@@ -114,6 +115,8 @@ WhisperModelName = Annotated[
 LLMModelName = Annotated[
     Optional[Annotated[StrictStr, Field(min_length=1, max_length=MAX_LLM_MODEL_CHARS), _NAME]], _DEFAULT_IF_EMPTY
 ]
+Vocabulary = Annotated[StrictStr, Field(max_length=MAX_VOCABULARY_CHARS), _NAME]
+"""Names whisper should prefer: at most max characters, no control characters; "" means none (not the default)."""
 Language = Annotated[
     Optional[Annotated[StrictStr, Field(min_length=1, max_length=32), AfterValidator(_language)]],
     BeforeValidator(_empty_is_default),
@@ -205,6 +208,14 @@ class TranscribeArgs(ToolArgs):
         default=None,
         description="Return English text whatever language was spoken (whisper's translate task; needs a "
         "multilingual model). Default false.",
+    )
+    vocabulary: Optional[Vocabulary] = Field(
+        default=None,
+        description="Names and terms whisper should prefer, separated by commas: project and library names, "
+        'identifiers, people\'s names ("mcp-listen, pywhispercpp, Siobhan, kubectl"), up to {max_vocabulary_chars} '
+        "characters. Whisper reads them as the start of its prompt, so it spells them this way when they are said. "
+        '"" means none; a vocabulary given replaces the default, MCP_LISTEN_VOCABULARY (none when unset). '
+        "Never logged or returned.",
     )
 
 
@@ -334,7 +345,19 @@ def _describe(model: type[ToolArgs], exc: ValidationError, raw: dict[str, Any]) 
     err = exc.errors()[0]
     name = str(err["loc"][0]) if err["loc"] else "arguments"
     accepted_here = getattr(model, "ACCEPTED_HERE", {}).get(name) or ACCEPTED.get(name, "a valid value")
-    return f"Invalid {name}: expected {accepted_here}; got {_show(raw.get(name))}."
+    shown = _length_of(raw.get(name)) if name in UNSHOWN else _show(raw.get(name))
+    return f"Invalid {name}: expected {accepted_here}; got {shown}."
+
+
+UNSHOWN = frozenset({"vocabulary"})
+"""Arguments whose rejected value is described, never echoed: the user's names go into no message (and so into no
+log line that carries one)."""
+
+
+def _length_of(value: Any) -> str:
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    return _show(value) if isinstance(value, (bool, int, float)) or value is None else f"a {type(value).__name__}"
 
 
 def _show(value: Any) -> str:
@@ -358,7 +381,8 @@ STATED_DEFAULTS = (
     "voice",
     "barge_in",
 )
-"""The arguments whose schema states a `default`: the ones the user can set (MCP_LISTEN_*)."""
+"""The arguments whose schema states a `default`: the ones the user can set (MCP_LISTEN_*). Not `vocabulary`:
+the user's names stay out of tools/list as out of every result."""
 
 
 def input_schema(model: type[ToolArgs], defaults: Defaults = Defaults()) -> dict[str, Any]:

@@ -65,6 +65,13 @@ DEFAULT_PROMPT = "You are a helpful assistant."
 MAX_PROMPT_CHARS = 100_000
 """System prompts up to this length are accepted (the Node edition's users pass 32,000+)."""
 MAX_WHISPER_MODEL_CHARS = 1024
+MAX_VOCABULARY_CHARS = 150
+"""Longest `vocabulary` (MCP_LISTEN_VOCABULARY): the names and terms whisper is told to prefer, the start of its
+prompt. Whisper keeps at most 224 prompt tokens (whisper.cpp: n_text_ctx / 2), and the vocabulary should take at
+most about a third of them (~75), leaving the rest to the text said before. Names and identifiers cut into short
+tokens: lists such as "mcp-listen, pywhispercpp, Siobhan, kubectl" measured 2.0-2.6 characters per token with
+tiny.en's and base's tokenizers (English prose 4.7), so 150 characters are 58-75 tokens. A script written with a
+token or more per letter (Greek, Chinese) takes more; whisper then drops the prompt's start, never its end."""
 MAX_LLM_MODEL_CHARS = 200
 MAX_DEVICE_CHARS = 512
 MAX_VOICE_CHARS = 1024
@@ -143,6 +150,8 @@ class Defaults:
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     voice: str = DEFAULT_VOICE
     barge_in: bool = BARGE_IN_BY_DEFAULT
+    vocabulary: str = ""
+    """No vocabulary unless MCP_LISTEN_VOCABULARY names one."""
 
     def words(self) -> dict[str, Any]:
         """Values for the `{name}` placeholders of descriptions (all constants, plus these); a boolean as JSON
@@ -166,6 +175,9 @@ ACCEPTED = {
     "whisper_model": f"a model file name, a model name such as base.en, or a path (1 to {MAX_WHISPER_MODEL_CHARS} "
     "characters, no control characters; empty means the default)",
     "language": languages.ACCEPTED,
+    "vocabulary": f'names and terms whisper should prefer, separated by commas ("mcp-listen, pywhispercpp, Siobhan, '
+    f'kubectl"): at most {MAX_VOCABULARY_CHARS} characters, no control characters; "" means none. Keep the names '
+    "whisper mishears and leave out common words",
     "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters, no control characters; empty means "
     "the default)",
     "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
@@ -194,6 +206,7 @@ CONSTANTS = {
     "listen_duration_ms": LISTEN_DURATION_MS,
     "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
     "max_prompt_chars": MAX_PROMPT_CHARS,
+    "max_vocabulary_chars": MAX_VOCABULARY_CHARS,
     "min_max_pause_ms": MIN_MAX_PAUSE_MS,
     "max_max_pause_ms": MAX_MAX_PAUSE_MS,
     "max_speak_chars": MAX_SPEAK_CHARS,

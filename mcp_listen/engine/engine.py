@@ -248,6 +248,10 @@ class Engine:
         """The language code whisper is told: the argument's, else the configured default."""
         return args.language or self.settings.defaults.language
 
+    def vocabulary(self, args: TranscribeArgs) -> str:
+        """The names whisper is told to prefer: the argument's ("" for none), else MCP_LISTEN_VOCABULARY."""
+        return self.settings.defaults.vocabulary if args.vocabulary is None else args.vocabulary
+
     def hear_words(
         self,
         args: TranscribeArgs,
@@ -282,7 +286,8 @@ class Engine:
         model_path = self.whisper.resolve(args.whisper_model)
         language, translate = self.language(args), bool(args.translate)
         self.whisper.check_language(model_path, language, translate)
-        session = self.whisper.open_session(model_path, translate=translate, cancel=cancel)
+        vocabulary = self.vocabulary(args)
+        session = self.whisper.open_session(model_path, translate=translate, cancel=cancel, vocabulary=vocabulary)
         return session, PhraseWorker(session.transcribe, language, session.detect)
 
     def _words_of(self, heard: Heard, worker: PhraseWorker, plan: Plan, progress: Progress | None) -> Transcribed:

@@ -162,7 +162,9 @@ class Hearing(Protocol):
 
     def check_language(self, model_path: Path, language: str, translate: bool) -> None: ...
 
-    def open_session(self, model_path: Path, *, translate: bool, cancel: Cancel | None) -> WhisperSession: ...
+    def open_session(
+        self, model_path: Path, *, translate: bool, cancel: Cancel | None, vocabulary: str = ""
+    ) -> WhisperSession: ...
 
 
 class Asking(Protocol):
@@ -218,11 +220,14 @@ class Whisper:
                     code="model_english_only",
                 )
 
-    def open_session(self, model_path: Path, *, translate: bool, cancel: Cancel | None) -> WhisperSession:
-        """The whisper side of one utterance, on the resident model (whisper.session)."""
+    def open_session(
+        self, model_path: Path, *, translate: bool, cancel: Cancel | None, vocabulary: str = ""
+    ) -> WhisperSession:
+        """The whisper side of one utterance, on the resident model (whisper.session); `vocabulary` opens
+        every prompt."""
         from mcp_listen.whisper.session import Session
 
-        return Session(self.transcriber(), model_path, translate=translate, cancel=cancel)
+        return Session(self.transcriber(), model_path, translate=translate, cancel=cancel, vocabulary=vocabulary)
 
 
 class Piper:

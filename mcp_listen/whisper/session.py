@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_listen.contract.results import AnyOf, Cancel
 from mcp_listen.whisper.model_file import ModelKey
-from mcp_listen.whisper.text import condition
+from mcp_listen.whisper.text import condition, prompt_of
 
 if TYPE_CHECKING:
     from mcp_listen.whisper.transcriber import Transcriber
@@ -29,11 +29,15 @@ log = logging.getLogger(__name__)
 class Session:
     """The whisper side of one utterance: `preload`, then `transcribe` and `detect` per phrase."""
 
-    def __init__(self, transcriber: Transcriber, path: Path, *, translate: bool, cancel: Cancel | None) -> None:
+    def __init__(
+        self, transcriber: Transcriber, path: Path, *, translate: bool, cancel: Cancel | None, vocabulary: str = ""
+    ) -> None:
         self.transcriber = transcriber
         self.path = path
         self.translate = translate
         self.cancel = cancel
+        self.vocabulary = vocabulary
+        """Names whisper should prefer, the start of every prompt (the caller's: never logged)."""
         self._key: ModelKey | None = None
         """The admitted file's key once loaded for this call: later phrases skip the admission."""
 
@@ -45,14 +49,15 @@ class Session:
         threading.Thread(target=self._load, name="whisper-preload", daemon=True).start()
 
     def transcribe(self, samples: Any, prompt: str, language: str, abort: Cancel | None = None) -> tuple[str, str]:
-        """(text, language heard) of int16 samples; `prompt` is the text said just before."""
+        """(text, language heard) of int16 samples; `prompt` is the text said just before, given to whisper
+        after the vocabulary."""
         words = self.transcriber.hear(
             condition(samples),
             path=self.path,
             key=self._key,
             language=language,
             cancel=AnyOf(self.cancel, abort),
-            prompt=prompt,
+            prompt=prompt_of(self.vocabulary, prompt),
             translate=self.translate,
         )
         self._key = self.transcriber.key

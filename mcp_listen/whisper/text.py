@@ -23,6 +23,25 @@ _MUSIC_SIGNS = "♪♫♬♩🎵🎶"
 _MARKERS = re.compile(r"\[[^\[\]]*\]|\([^()]*\)|（[^（）]*）|【[^【】]*】|\*[^*]*\*|[" + _MUSIC_SIGNS + "]")
 
 
+PROMPT_CHARS = 600
+"""Whisper's prompt, at most: whisper keeps at most 224 prompt tokens (~900 characters of English, fewer of
+names) and drops the rest from the start; the last sentence or two is what decides how the next one begins."""
+
+
+def prompt_of(vocabulary: str, before: str) -> str:
+    """Whisper's prompt: the vocabulary whole (a full stop after it, so the speech starts a sentence of its
+    own), then the text said before, trimmed from its start (at a word) so the whole fits PROMPT_CHARS.
+    `vocabulary` is at most contract.limits.MAX_VOCABULARY_CHARS, a fraction of PROMPT_CHARS."""
+    vocabulary = vocabulary.strip()
+    if vocabulary and vocabulary[-1] not in ".!?":
+        vocabulary += "."
+    room = PROMPT_CHARS - len(vocabulary) - (1 if vocabulary else 0)
+    if len(before) > room:
+        before = before[len(before) - room :]
+        before = before[before.find(" ") + 1 :] if " " in before else ""
+    return f"{vocabulary} {before}" if vocabulary and before else vocabulary or before
+
+
 def _as_float32(audio: Any) -> np.ndarray:
     """A new float32 mono array in [-1, 1] scale; integer PCM is scaled, never cast raw."""
     import numpy as np

@@ -38,6 +38,7 @@ from mcp_listen.whisper.names import short_name
 from mcp_listen.whisper.probe import _exiting, _probe_settled, _whisper_module
 from mcp_listen.whisper.text import (
     MIN_SAMPLES,
+    PROMPT_CHARS,
     _as_float32,
     _collapse_repeat,
     _drop_repeats,
@@ -255,10 +256,10 @@ class Transcriber:
     ) -> Words:
         """The text and the language whisper heard (`auto` is resolved to the detected code).
 
-        `prompt` is the text said just before (whisper continues it instead of starting a new
-        sentence); `translate` asks for English whatever was spoken. `key`, the file's key
-        from an earlier call of the same utterance, skips opening the file again while that
-        model is still the resident one. `cancel` (anything with
+        `prompt` is whisper's prompt (text.prompt_of: the vocabulary, then the text said just before,
+        which whisper continues instead of starting a new sentence); `translate` asks for English
+        whatever was spoken. `key`, the file's key from an earlier call of the same utterance, skips
+        opening the file again while that model is still the resident one. `cancel` (anything with
         is_set()) aborts whisper.cpp between encoder/decoder steps and raises Cancelled.
         """
         import numpy as np
@@ -358,10 +359,6 @@ class Words:
 DETECT_MAX_SAMPLES = SAMPLE_RATE * 10
 """Audio the language is detected on: its first 10 s. Whisper's detector reads one window of up
 to 30 s; encoding 10 s takes ~0.6 s with base on 2 cores, 30 s ~2 s."""
-
-PROMPT_CHARS = 600
-"""Text carried into the next phrase's prompt: whisper keeps at most 224 prompt tokens (~900
-characters of English); the last sentence or two is what decides how the next one begins."""
 
 
 def _abort_check(cancel: Any) -> Callable[[], bool]:

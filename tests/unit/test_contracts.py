@@ -25,6 +25,10 @@ VALID = [
     (VoiceQueryArgs, {"whisper_model": "base.en", "language": "pt"}),
     (VoiceQueryArgs, {"prompt": "p" * 32000}),
     (TranscribeArgs, {"stop_on_silence": False, "duration_ms": 2000}),
+    (TranscribeArgs, {"vocabulary": "mcp-listen, pywhispercpp, Siobhan, kubectl"}),
+    (VoiceQueryArgs, {"vocabulary": "v" * limits.MAX_VOCABULARY_CHARS}),
+    (TranscribeArgs, {"vocabulary": ""}),
+    (arguments.ConverseArgs, {"text": "Which cluster?", "vocabulary": "kubectl, Grafana, Nguyen"}),
 ]
 
 INVALID = [
@@ -56,6 +60,11 @@ INVALID = [
     (VoiceQueryArgs, {"model": "llama3.2\r\nollama rm all"}, "model", "no control characters", "llama3.2\\r\\n"),
     (VoiceQueryArgs, {"whisper_model": "tiny\n"}, "whisper_model", "no control characters", "'tiny\\n'"),
     (VoiceQueryArgs, {"model": "a\x1b[2Jb"}, "model", "no control characters", "\\x1b"),
+    # the vocabulary is the user's names: its length is shown, never the value
+    (TranscribeArgs, {"vocabulary": "v" * 151}, "vocabulary", "at most 150 characters", "a string of 151 characters"),
+    (VoiceQueryArgs, {"vocabulary": "Siobhan\nkubectl"}, "vocabulary", "no control characters", "string of 15 char"),
+    (arguments.ConverseArgs, {"text": "Hi", "vocabulary": 7}, "vocabulary", "names and terms", "7 (integer)"),
+    (TranscribeArgs, {"vocabulary": ["kubectl"]}, "vocabulary", "separated by commas", "got a list"),
 ]
 
 

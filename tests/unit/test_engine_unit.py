@@ -100,7 +100,7 @@ class FakeWhisper:
     def check_language(self, model_path: Path, language: str, translate: bool) -> None:
         pass
 
-    def open_session(self, model_path: Path, *, translate: bool, cancel: Any) -> FakeSession:
+    def open_session(self, model_path: Path, *, translate: bool, cancel: Any, vocabulary: str = "") -> FakeSession:
         return FakeSession(self, model_path)
 
 
