@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import turn_set
-from rig import ROOT, Rig, audio_assets, stop_player
+from rig import ROOT, Rig, audio_assets
 from stats import Run, cli, save_report, summary, verdict
 
 SILENCE_MS, LEAD_MS = 1000, 300  # fmt: skip  # the call's; silence before the speech
@@ -91,11 +91,10 @@ def one_answer(rows: list[dict], ends_ms: tuple[int, ...]) -> dict[str, Any]:
     from mcp_listen.speech.ending import SMART
     from mcp_listen.speech.turns import judge
 
-    VOICE_THRESHOLD = SMART.voice_threshold
     out = {}
     for ms in ends_ms:
         for r in rows:
-            r[f"voice+{ms}ms"] = r[f"p@{ms}"] >= VOICE_THRESHOLD
+            r[f"voice+{ms}ms"] = r[f"p@{ms}"] >= SMART.voice_threshold
             r[f"judge+{ms}ms"] = getattr(judge(r["text"], r["lang"], r[f"p@{ms}"]), "finished", True)
         out[f"voice alone, {ms} ms of the pause"] = rates(rows, f"voice+{ms}ms")
         out[f"rule, {ms} ms of the pause"] = rates(rows, f"judge+{ms}ms")
@@ -111,18 +110,13 @@ def targets(rows: list[dict], finished: str) -> dict[str, Any]:
 
 
 def breakdown(rows: list[dict], rule: str) -> dict[str, Any]:
-    """Every signal on batch 1 and on batch 2 of the set (bench/turn_set.py); the main ones per language
-    and per word a thinking pause follows (a digit: "number"); the issue's targets by `rule`."""
+    """Every signal on batch 1 and on batch 2 of the set (bench/turn_set.py); the main ones per language;
+    the issue's targets by `rule`."""
     main = ("words", "voice@0.5", rule)
-    word = {r["id"]: "number" if str(r["word"]).isdigit() else r["word"] for r in rows if r["kind"] == "thinking"}
-
-    def by(key: Any) -> dict[str, Any]:
-        groups = {g: [r for r in rows if str(key(r)) == g] for g in sorted({str(key(r)) for r in rows} - {"None"})}
-        return {g: {k: v for k, v in score(rs).items() if k in main} for g, rs in groups.items()}
-
-    return {f"batch{b}": score([r for r in rows if r["batch"] == b]) for b in (1, 2)} | {
-        "by_lang": by(lambda r: r["lang"]), "by_word": by(lambda r: word.get(r["id"])),
-        "targets": targets(rows, rule)}  # fmt: skip
+    by_lang = {lang: {k: v for k, v in score([r for r in rows if r["lang"] == lang]).items() if k in main}
+               for lang in sorted({r["lang"] for r in rows})}  # fmt: skip
+    batches = {f"batch{b}": score([r for r in rows if r["batch"] == b]) for b in (1, 2)}
+    return {**batches, "by_lang": by_lang, "targets": targets(rows, rule)}
 
 
 def score(rows: list[dict]) -> dict[str, Any]:
@@ -140,19 +134,13 @@ def score(rows: list[dict]) -> dict[str, Any]:
 
 
 def call(rig: Rig, server: Any, model: Path, wav: Path, mode: str, lang: str, token: str) -> tuple[float, dict, float]:
-    """transcribe_voice while `wav` plays: (s from play start to result, the result, server CPU s)."""
+    """transcribe_voice while `wav` plays (from the moment the microphone runs, with no settling pause; a failed
+    call is a row too): (s from play start to result, the result, server CPU s)."""
     args = {"whisper_model": model.name, "silence_ms": SILENCE_MS, "duration_ms": 30000, "end_of_turn": mode,
             "language": lang}  # fmt: skip
     cpu = server.stats["cpu_s"]
-    rid, _ = server.start_tool("transcribe_voice", args, token)
-    server.wait_until_recording()
-    t_play, player = rig.play(wav)
-    try:
-        t_reply, msg = server.reply(rid, timeout=90)
-    finally:
-        stop_player(player)
-    data = (msg.get("result") or {}).get("structuredContent") or {}
-    return t_reply - t_play, data, server.stats["cpu_s"] - cpu
+    run = rig.play_during(server, "transcribe_voice", args, wav, token, settle=0.0, check=False)
+    return run["t_reply"] - run["t_play"], run["result"], server.stats["cpu_s"] - cpu
 
 
 def played(entry: dict) -> dict:

@@ -1,23 +1,31 @@
 """Real human recordings through the virtual microphone into the real server, per whisper model: the WER
-gap, the result after the silence window, the first call, the stop. bench/README.md ("Real speech")
-explains the clips, each figure and the options.
+gap, the result after the silence window, the first call, the stop; with `--dictation`, the English ones back
+to back: is the wait after 10 minutes of speech as short as after 10 seconds, is memory flat?
+bench/README.md ("Real speech") explains the clips and each figure; docs/performance.md the dictation's.
 
     python bench/realspeech.py --model tests/assets/ggml-tiny.en.bin [--model M ...] [--runs 1] [--fresh 3] [--threads 0]
+    python bench/realspeech.py --dictation [--minutes 10] [--short-runs 3] [--threads 0] [--busy 1 --busy-nice 10]
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from clips import Clip, capture_stop, corpus_wer, playable, real, words
-from rig import ROOT, TEST_MODEL, Rig, busy_cpus
+from clips import Clip, capture_stop, corpus_wer, playable, real, wer, words
+from rig import RATE, ROOT, TEST_MODEL, Rig, busy_cpus, proc_stats
+from rig import audio_assets as A
 from stats import Run, cli, save_report, summary, verdict
 
 from mcp_listen.whisper import text as W
 from mcp_listen.whisper.transcriber import Transcriber
+
+DICTATION_SILENCE_MS, GAP_MS = 1500, 500
+"""--dictation's silence_ms, and the pause between two recordings."""
 
 
 def jobs(entries: list[dict], model: Path) -> list[tuple[dict, str]]:
@@ -71,9 +79,7 @@ def measure(rig: Rig, model: Path, entries: list[dict], clips: dict, opts: Any) 
     fresh = [j for j in work if j[1] != "auto" and j[0]["longest_pause_ms"] < opts.silence_ms]
     for k in range(opts.fresh):
         calls += session(rig, model, [fresh[(k * 5 + 1) % len(fresh)]], clips, opts, f"{tag}-fresh-{k}")
-    figures = analyse(model, work, whole, calls, opts.silence_ms)
-    figures["machine"] = during.end()["machine"]
-    return figures
+    return {**analyse(model, work, whole, calls, opts.silence_ms), "machine": during.end()["machine"]}
 
 
 def transcribe_whole(model: Path, threads: int, jobs: list[tuple[str, Clip, str]], runs: int) -> dict[str, Any]:
@@ -94,6 +100,65 @@ def transcribe_whole(model: Path, threads: int, jobs: list[tuple[str, Clip, str]
     finally:
         tr.unload()
     return out
+
+
+def dictation(entries: list[dict], seconds: float, out: Path) -> tuple[Path, str, float]:
+    """Recordings back to back for at least `seconds`: (WAV, reference text, last loud second)."""
+    parts, texts, total = [A.silence(300)], [], 0.0
+    for entry in itertools.cycle(entries):
+        if total >= seconds:
+            break
+        parts += [Path(entry["path"]), A.silence(GAP_MS)]
+        texts.append(entry["text"])
+        total += entry["seconds"] + GAP_MS / 1000
+    parts[-1] = A.silence(DICTATION_SILENCE_MS + 2000)
+    path = A.concat(parts, path=out)
+    return path, " ".join(texts), A.last_loud_sample(A.read_wav(path)) / RATE
+
+
+def sample_rss(pid: int, done: threading.Event, out: list[tuple[float, float]]) -> None:
+    """The server's RSS once a second until `done`."""
+    while not done.wait(1.0):
+        out.append((time.monotonic(), proc_stats(pid)["VmRSS"]))
+
+
+def dictation_run(rig: Rig, model: Path, wav: Path, reference: str, speech_end_s: float, token: str) -> dict[str, Any]:
+    rss, done = [], threading.Event()
+    with rig.server() as server:
+        sampler = threading.Thread(target=sample_rss, args=(server.proc.pid, done, rss))
+        try:
+            sampler.start()
+            args = {"whisper_model": model.name, "duration_ms": 600_000, "silence_ms": DICTATION_SILENCE_MS}
+            run = rig.play_during(server, "transcribe_voice", args, wav, token, timeout=speech_end_s + 180)
+            stats = server.stats
+        finally:
+            done.set()
+            sampler.join(timeout=5)
+    result, t_play, t_reply = run["result"], run["t_play"], run["t_reply"]
+    finished = server.notice(token, "Recording finished")
+    listening = [t for t, _ in server.progress_for(token) if t <= finished]
+    return {"speech_s": round(speech_end_s, 1), "stopped_by": result.get("stopped_by"),
+            "wait_ms": round((t_reply - finished) * 1000, 1),
+            "progress_gap_s": round(max(b - a for a, b in zip(listening, listening[1:])), 2) if len(listening) > 1 else None,
+            "rss_every_minute_mb": [round(m, 1) for t, m in rss if (t - t_play) % 60 < 1],
+            "rss_end_mb": round(stats["VmRSS"], 1), "rss_peak_mb": round(stats["VmHWM"], 1),
+            "wer": round(wer(reference, result.get("transcription") or ""), 3)}  # fmt: skip
+
+
+def dictate(opts: Any) -> int:
+    """--dictation: ~10 s of speech `--short-runs` times, then `--minutes` of it, each into one transcribe_voice."""
+    entries, model = real(language="en", pause_under_ms=DICTATION_SILENCE_MS - 300), opts.model[0]
+    run, runs = Run("pywhispercpp", **vars(opts)), {"short": [], "long": []}
+    plan = [("short", 10, f"short-{i}") for i in range(opts.short_runs)]
+    plan += [("long", opts.minutes * 60 - 15, "long")] if opts.minutes > 0 else []  # ends before the 10-minute ceiling
+    with Rig(model.parent, threads=opts.threads) as rig, busy_cpus(opts.busy, opts.busy_nice):
+        for kind, seconds, token in plan:
+            speech = dictation(entries, seconds, rig.workdir / f"{kind}.wav")
+            runs[kind].append(dictation_run(rig, model, *speech, token))
+            print(kind, runs[kind][-1], flush=True)
+    report = {**run.end(), "silence_ms": DICTATION_SILENCE_MS, "gap_ms": GAP_MS, "runs": runs}
+    save_report(report, opts.json or ROOT / "bench" / "results-dictation.json")
+    return 0
 
 
 def stop_times(rig: Rig, clips: dict[str, Clip], opts: Any) -> dict[str, Any]:
@@ -173,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
                ("--compare-threads", 0, "also measure each model on this fixed count, printed side by side"),
                ("--busy", 0, "programs spinning one core each during the run"), ("--busy-nice", 0, "their nice level"),
                ("--silence-ms", 1000, "silence_ms of every call"), ("--only", "", "comma-separated clip ids"),
-               ("--json", ROOT / "bench" / "results-realspeech.json", "the report"))  # fmt: skip
+               ("--dictation", False, "a long dictation instead (silence_ms 1500)"),
+               ("--minutes", 10.0, "--dictation: the long run's speech (0 skips it)"), ("--short-runs", 3, "--dictation: 10 s runs"),
+               ("--json", None, "the report (default bench/results-realspeech.json; --dictation: results-dictation.json)"))  # fmt: skip
     opts.model = opts.model or [TEST_MODEL]
     if missing := [str(m) for m in opts.model if not m.is_file()]:
         raise SystemExit(f"whisper model {missing} not found (pass --model PATH or set MCP_LISTEN_TEST_MODEL)")
+    if opts.dictation:
+        return dictate(opts)
     run, entries = Run("pywhispercpp", **vars(opts)), real(opts.only)
     clips = {e["id"]: playable(e, opts.silence_ms) for e in entries}
     report = {**run.report, "clips": [{k: v for k, v in e.items() if k != "path"} for e in entries], "models": {}}
@@ -194,12 +263,12 @@ def main(argv: list[str] | None = None) -> int:
                     report["models"][f"{tag}@{opts.compare_threads}"] = measure(rig, model, entries, clips, opts)
                     rig.threads = opts.threads
     report["targets"] = targets(report["models"])
-    save_report(run.end(), opts.json, show)
+    save_report(run.end(), opts.json or ROOT / "bench" / "results-realspeech.json", show)
     return 0
 
 
 def show(report: dict) -> None:
-    """Each model's figures per group; a --compare-threads run is a model of its own ("tiny.en@2")."""
+    """Each model's figures per group, then each --compare-threads count ("tiny.en@2") beside the run before it."""
     print(f"stop (capture_audio, samples): {report.get('stop', {}).get('stop_latency_ms')}")
     for tag, m in report["models"].items():
         print(f"{tag}: first call {m['first_call_post_speech_ms']}")
@@ -207,6 +276,11 @@ def show(report: dict) -> None:
             ps = g["post_speech_warm_ms"]
             print(f"  {name:20} WER {g['wer_pipeline_pct']} % vs whole {g['wer_whole_pct']} % (gap {g['wer_gap_points']}, "
                   f"{g['reference_words']} words); after the window median {ps.get('median')} p90 {ps.get('p90')} ms")  # fmt: skip
+    for fixed in [t for t in report["models"] if "@" in t]:
+        tag, threads = fixed.split("@")
+        mine, theirs = (report["models"][t]["groups"]["all_fixed_language"]["post_speech_warm_ms"] for t in (tag, fixed))  # fmt: skip
+        print(f"{tag}, after the window, median / p90: threads {report['config']['threads'] or 'chosen per pass'} "
+              f"{mine.get('median')} / {mine.get('p90')} ms; {threads} threads {theirs.get('median')} / {theirs.get('p90')} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

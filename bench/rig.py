@@ -1,8 +1,6 @@
-"""The bench's rig, built on the test helpers (tests/vmic.py, rpc.py, fake_ollama.py, audio_assets.py) so
-the bench drives what the tests drive: the real server as a child, the virtual microphone and speaker, a
-loopback Ollama. Two clocks, both `time.monotonic()` here: TimedServer stamps each line the server writes
-when it arrives; Monitor, a second PortAudio client on the virtual device, says when each sample became
-available to any recorder."""
+"""The bench's rig, built on the test helpers (tests/vmic.py, rpc.py, fake_ollama.py, audio_assets.py) so the
+bench drives what the tests drive: the real server as a child, the virtual microphone and speaker, a loopback
+Ollama; and two clocks, TimedServer's and Monitor's (bench/README.md, "Two clocks")."""
 
 from __future__ import annotations
 
@@ -156,7 +154,7 @@ class Monitor:
         self._np = np
         self._times: list[float] = []
         self._blocks: list[Any] = []
-        self._cache_n = 0
+        self._cache_n = 0  # blocks already in the arrays below
         self._samples, self._ends, self._tarr = np.zeros(0, np.int16), np.zeros(0, np.int64), np.zeros(0)
         self._stream = sd.InputStream(
             samplerate=RATE, channels=1, dtype="int16", blocksize=0, latency="low", callback=self._callback
@@ -167,16 +165,13 @@ class Monitor:
         self._blocks.append(indata[:, 0].copy())
         self._times.append(time.monotonic())
 
-    def close(self) -> None:
-        self._stream.stop()
-        self._stream.close()
-
     def __enter__(self) -> Monitor:
         time.sleep(0.3)  # the stream is running
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._stream.stop()
+        self._stream.close()
 
     def _sync(self) -> None:
         np, n = self._np, min(len(self._blocks), len(self._times))
@@ -267,23 +262,20 @@ class Rig:
             self.monitor = Monitor().__enter__()
         return self.monitor
 
-    def play(self, wav: Path) -> tuple[float, Any]:
-        """Start playing a clip into the microphone; (time paplay was spawned, its Popen)."""
-        return time.monotonic(), self.mic.play(wav, block=False)
-
-    def play_during(
-        self, server: TimedServer, tool: str, args: dict, wav: Path, token: str, timeout: float = 90
-    ) -> dict:
-        """Start `tool`, play `wav` once the microphone runs, wait for the result."""
+    def play_during(self, server: TimedServer, tool: str, args: dict, wav: Path, token: str, timeout: float = 90,
+                    settle: float = SETTLE_S, check: bool = True) -> dict:  # fmt: skip
+        """Start `tool`, play `wav` once the microphone runs (and `settle` s more), wait for the result:
+        t_play (paplay spawned), t_reply, and the structured result (`check`: a failed call stops the bench)."""
         rid, _ = server.start_tool(tool, args, token)
         server.wait_until_recording()
-        time.sleep(SETTLE_S)
-        t_play, player = self.play(wav)
+        time.sleep(settle)
+        t_play, player = time.monotonic(), self.mic.play(wav, block=False)
         try:
             t_reply, msg = server.reply(rid, timeout=timeout)
         finally:
             stop_player(player)
-        return {"t_play": t_play, "t_reply": t_reply, "result": structured(msg)}
+        result = structured(msg) if check else (msg.get("result") or {}).get("structuredContent") or {}
+        return {"t_play": t_play, "t_reply": t_reply, "result": result}
 
     def speech_end(self, clip: Any, t_play: float, t_reply: float) -> dict[str, float]:
         """When the clip's last loud sample reached the microphone (monitor clock), found by
@@ -296,19 +288,16 @@ class Rig:
                 "t_speech_end": monitor.time_of(start + clip.last_loud - offset + 1),
                 "play_start_latency_ms": (monitor.time_of(start - offset) - t_play) * 1000}  # fmt: skip
 
-    def close(self) -> None:
-        if self.monitor is not None:
-            self.monitor.close()
-        self.ollama.stop()
-        self.mic.close()
-        if self._made is not None:
-            self._made.cleanup()
-
     def __enter__(self) -> Rig:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self.monitor is not None:
+            self.monitor.__exit__()
+        self.ollama.stop()
+        self.mic.close()
+        if self._made is not None:
+            self._made.cleanup()
 
 
 def stop_player(proc: Any) -> None:

@@ -141,17 +141,13 @@ def run_voice(rig: Rig, opts: Any, report: dict) -> None:
             with rig.server() as server:
                 for kind in ("cold", "warm"):
                     call = voice_query(rig, server, utterances[name], opts.silence_ms, opts.model.name,
-                                               f"vq-{name}-{r}-{kind}")  # fmt: skip
+                                       f"vq-{name}-{r}-{kind}")  # fmt: skip
                     per[name][kind].append(call)
-                time.sleep(1.0)  # settled, as for idle RSS: freed memory is returned after the call
-                rss.append(server.stats)
-    report["voice_query"] = {
-        "lengths": {n: {kind: {"post_speech_ms": summary(x["post_speech_ms"] for x in runs),
-                               "wer": summary((x["wer"] for x in runs), digits=3), "runs": runs}
-                        for kind, runs in kinds.items()} for n, kinds in per.items()},
-    }  # fmt: skip
-    report["rss"]["with_tiny_en_loaded"] = {"rss_mb": round(max(s["VmRSS"] for s in rss), 1),
-                                          "peak_mb": round(max(s["VmHWM"] for s in rss), 1)}  # fmt: skip
+                rss.append(idle_rss(server))  # settled: freed memory is returned after the call
+    report["voice_query"] = {"lengths": {n: {kind: {"post_speech_ms": summary(x["post_speech_ms"] for x in runs),
+                                                    "wer": summary((x["wer"] for x in runs), digits=3), "runs": runs}
+                                             for kind, runs in kinds.items()} for n, kinds in per.items()}}  # fmt: skip
+    report["rss"]["with_tiny_en_loaded"] = {k: max(s[k] for s in rss) for k in ("rss_mb", "peak_mb")}
 
 
 def targets(report: dict) -> dict[str, Any]:

@@ -157,8 +157,8 @@ def converse_turn(server: TimedServer, model: Path, run_no: int) -> dict[str, An
             "first_audio_ms": msg["result"]["structuredContent"]["spoken"]["first_audio_ms"]}  # fmt: skip
 
 
-def cpu_until_idle(pid: int, since: float) -> tuple[float, float]:
-    """(CPU seconds spent since `since` up to the first whole second under IDLE_CPU_S, wall seconds it took)."""
+def cpu_until_idle(pid: int, since: float) -> float:
+    """CPU seconds spent since `since` up to the first whole second under IDLE_CPU_S."""
     began, trace = time.monotonic(), [(time.monotonic(), proc_stats(pid)["cpu_s"])]
     while time.monotonic() - began < WATCH_S:
         time.sleep(0.5)
@@ -166,8 +166,7 @@ def cpu_until_idle(pid: int, since: float) -> tuple[float, float]:
         second = [c for t, c in trace if t >= trace[-1][0] - 1.01]
         if trace[-1][0] - began >= 1.0 and second[-1] - second[0] < IDLE_CPU_S:
             break
-    idle_from = next(t for t, c in trace if c >= trace[-1][1] - 1e-9)
-    return trace[-1][1] - since, idle_from - began
+    return trace[-1][1] - since
 
 
 def hostile_text(server: TimedServer, name: str, text: str, stop_after: float, by_cancel: bool) -> dict[str, Any]:
@@ -192,14 +191,12 @@ def hostile_text(server: TimedServer, name: str, text: str, stop_after: float, b
             server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
         else:
             server.tool("stop_speaking", {})
-        cpu_s, idle_s = cpu_until_idle(pid, stopped_at)
-        row.update(outcome="cancelled" if by_cancel else "stop_speaking", cpu_after_stop_s=round(cpu_s, 2),
-                   idle_after_s=round(idle_s, 1))  # fmt: skip
+        cpu_s = cpu_until_idle(pid, stopped_at)
+        row.update(outcome="cancelled" if by_cancel else "stop_speaking", cpu_after_stop_s=round(cpu_s, 2))
     after = proc_stats(pid)
     row.update(rss_after_mb=round(after["VmRSS"], 1), peak_mb=round(after["VmHWM"], 1))
-    print(f"{name:22} {row['outcome']:22} cpu after stop {row.get('cpu_after_stop_s', '-')!s:>6} s "
-          f"(idle after {row.get('idle_after_s', '-')} s)  rss {row['rss_before_mb']:.0f} -> {row['rss_after_mb']:.0f} MB, "
-          f"peak {row['peak_mb']:.0f} MB", flush=True)  # fmt: skip
+    print(f"{name:22} {row['outcome']:22} cpu after stop {row.get('cpu_after_stop_s', '-')!s:>6} s, "
+          f"rss {row['rss_before_mb']:.0f} -> {row['rss_after_mb']:.0f} MB, peak {row['peak_mb']:.0f} MB", flush=True)  # fmt: skip
     return row
 
 
@@ -214,11 +211,8 @@ def hostile(rig: Rig, report: dict[str, Any], stop_after: float) -> None:
         report["texts"] = [hostile_text(server, name, text, stop_after, by_cancel=i % 2 == 1)
                            for i, (name, text) in enumerate(HOSTILE_TEXTS.items())]  # fmt: skip
     spoken = [r for r in report["texts"] if "cpu_after_stop_s" in r]
-    report["summary"] = {
-        "max_cpu_after_stop_s": max((r["cpu_after_stop_s"] for r in spoken), default=None),
-        "peak_mb": max(r["peak_mb"] for r in report["texts"]),
-        "final_rss_mb": report["texts"][-1]["rss_after_mb"],
-    }
+    report["summary"] = {"max_cpu_after_stop_s": max((r["cpu_after_stop_s"] for r in spoken), default=None),
+                         "peak_mb": max(r["peak_mb"] for r in report["texts"]), "final_rss_mb": report["texts"][-1]["rss_after_mb"]}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
