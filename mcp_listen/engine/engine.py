@@ -384,7 +384,8 @@ class Engine:
         playback = self.speech.playback(voice, output.index, cancel, self.recorder.portaudio.shared)
         barge_in = self.settings.defaults.barge_in if args.barge_in is None else args.barge_in
         language = self.language(args)
-        confirm = lambda samples: session.transcribe(samples, "", language)[0]  # noqa: E731 - barge-in's confirmation
+        # barge-in's confirmation counts the user's words, without the vocabulary (Session.transcribe says why)
+        confirm = lambda samples: session.transcribe(samples, "", language, vocabulary=False)[0]  # noqa: E731
         exchange, warning = self.speech.exchange(playback, args.text, args.speed, barge_in, confirm)
         if isinstance(exchange, BargeIn):
             session.preload()  # a pause for a sound that is not the user must not wait for the model to load

@@ -48,16 +48,19 @@ class Session:
             return
         threading.Thread(target=self._load, name="whisper-preload", daemon=True).start()
 
-    def transcribe(self, samples: Any, prompt: str, language: str, abort: Cancel | None = None) -> tuple[str, str]:
+    def transcribe(
+        self, samples: Any, prompt: str, language: str, abort: Cancel | None = None, *, vocabulary: bool = True
+    ) -> tuple[str, str]:
         """(text, language heard) of int16 samples; `prompt` is the text said just before, given to whisper
-        after the vocabulary."""
+        after the vocabulary (unless `vocabulary` is False: barge-in's confirmation counts words, and names
+        in a prompt are what whisper writes on a sound that is no speech)."""
         words = self.transcriber.hear(
             condition(samples),
             path=self.path,
             key=self._key,
             language=language,
             cancel=AnyOf(self.cancel, abort),
-            prompt=prompt_of(self.vocabulary, prompt),
+            prompt=prompt_of(self.vocabulary if vocabulary else "", prompt),
             translate=self.translate,
         )
         self._key = self.transcriber.key

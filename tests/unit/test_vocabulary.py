@@ -103,10 +103,12 @@ def test_every_phrase_s_prompt_opens_with_the_vocabulary_and_no_log_line_holds_i
     worker.submit(speech)
     worker.submit(speech)
     text = worker.finish(speech)
-    transcriber.unload()
     assert text.count("Siobhan") == 3 and len(context.prompts) == 3
     assert context.prompts[0] == VOCABULARY + "."
     assert all(p.startswith(VOCABULARY + ". Siobhan ran kubectl") for p in context.prompts[1:]), context.prompts
+    session.transcribe(speech, "and then", "en", vocabulary=False)  # barge-in's confirmation
+    assert context.prompts[-1] == "and then", "the confirmation's prompt holds no vocabulary"
+    transcriber.unload()
     logged = "\n".join(f"{r.name} {r.getMessage()} {r.args}" for r in caplog.records).lower()
     assert "whisper pass" in logged, "the whisper passes must have logged at DEBUG, or this test proves nothing"
     leaked = [term for term in TERMS if term in logged]
