@@ -208,6 +208,7 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, config: Any = None, wor
         "aligned_window": turn.aligned_window,
         "cut_in": None if turn.cut_in is None else turn.cut_in.fields(),
         "pauses": sum(not v.confirmed for v in turn.pauses),
+        "verdicts": [v.fields() for v in turn.pauses],
         "quiet_ms": round(turn.paused_s * 1000),
         "cpu_per_speech_s": cpu / (len(near) / RATE),
         "speech_s": len(far22) / VOICE_RATE,
@@ -355,7 +356,7 @@ def run_condition(condition: dict[str, Any], parts_: dict[str, Any], opts: Any, 
         answer = words(result["handed"][: 4 * RATE]) if result["barged"] else None
         after = AgentWords(text).taken_off(words(result["handed"][: 2 * RATE])) if not result["barged"] else ""
         out["agent_alone"].append({"text": kind, "barged": result["barged"], "erle_db": erle,
-            "pauses": result["pauses"], "quiet_ms": result["quiet_ms"], "answer": answer,
+            "pauses": result["pauses"], "quiet_ms": result["quiet_ms"], "answer": answer, "verdicts": result["verdicts"],
             "agents_words": agents_words(after, "", text),
             "cpu_pct_of_one_core": round(100 * result["cpu_per_speech_s"], 2)})  # fmt: skip
     for i in range(0 if sound is not None else opts.runs):

@@ -124,8 +124,7 @@ class BargeIn(HalfDuplex):
         no_echo = path.aligner.measured_lag_s is None
         recent = list(self._recent)
         handed = pre_roll([cleaned for cleaned, _ in recent], self._by_model, no_echo, config)
-        judged = min(len(handed), cut.span_windows + config.confirm_lead_windows)
-        speech = sum(p >= config.confirm_probability for _, p in recent[-judged:])
+        judged, speech = min(len(handed), cut.span_windows + config.confirm_lead_windows), 0
         for window in incoming:
             signal = self._handed(path.clean(window), no_echo)
             handed.append(signal)

@@ -167,10 +167,11 @@ class BargeInConfig:
     """A cut-in pauses the agent; this long after the pause the user's speech is confirmed (it stops for
     good) or not (it plays on). LiveKit waits 0.5 s of speech before it interrupts."""
     confirm_lead_windows: int = 6
-    """Windows before the rule's own span judged with the pause: the user's first syllable (192 ms)."""
-    confirm_speech_windows: int = 6
-    """Of those and the pause's, the windows Silero must hear as speech (192 ms): a clap or a click fires
-    the onset over the echo, but does not go on sounding like speech once the agent is quiet."""
+    """Windows before the rule's own span that whisper hears with the pause: the user's first syllable (192 ms)."""
+    confirm_speech_windows: int = 4
+    """Of the pause's windows (the agent quiet), those Silero must hear as speech (128 ms): a clap or a click
+    fires the onset over the echo, but does not go on sounding like speech once the agent is quiet, while a
+    short "stop" said at the onset still sounds for 200 ms of the pause."""
     confirm_probability: float = 0.5
     """Silero's probability from which a window counts as speech for the confirmation."""
     confirm_words: int = 1

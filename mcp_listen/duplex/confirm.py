@@ -27,9 +27,19 @@ NOISE_WORDS = frozenset({"you", "thank you", "thanks for watching", "thank you f
 SAME_WORD = 0.75
 """How alike (difflib's ratio) a heard word and one of the agent's must be to be the same: whisper's
 spelling of a word ("okay" / "ok", "colour" / "color") is not the user's own word."""
+FUZZY_LETTERS = 5
+"""Words shorter than this are the agent's only as it wrote them: "what" and "that" are 0.75 alike."""
 SAME_PHRASE = 0.7
-"""How alike the letters heard and a stretch of the agent's text must be for all of them to be its own: whisper
-hears the agent's words cut off at the pause's edges ("A man with a s..." as "Amen with us")."""
+"""How alike (difflib's ratio) the letters heard and a stretch of the agent's text must be for all of them to be
+its own: whisper hears the agent's words cut off at the pause's edges ("A man with a s..." as "Amen with us")
+and misheard in another voice ("a small round dog ask to meet for the time": 0.82); a user's sentence against
+the agent's text came to 0.40-0.61, 0.69 for one on its topic ("what time is the train")."""
+SAME_SHORT_PHRASE = 0.8
+"""The same under SHORT_PHRASE_LETTERS letters, where a user's words that repeat one of the agent's ("wait, not
+Thursday" after "...to Thursday evening") come to 0.73, and its own cut-off words ("amen with us") to 0.8."""
+SHORT_PHRASE_LETTERS = 20
+STRETCHES = (0.75, 1.0, 1.3)
+"""The lengths of the agent's stretches compared, as shares of the letters heard: whisper drops and adds letters."""
 TAIL_WORDS = 2
 """An answer that is only the agent's last words, up to this many, is its late echo."""
 PHRASE_LETTERS = 8
@@ -82,17 +92,21 @@ class AgentWords:
         starts = [0]
         for word in self._in_order[:-1]:
             starts.append(starts[-1] + len(word))
+        bar = SAME_PHRASE if len(heard) >= SHORT_PHRASE_LETTERS else SAME_SHORT_PHRASE
         matcher = difflib.SequenceMatcher(None, "", heard, autojunk=False)
         for start in starts:
-            matcher.set_seq1(letters[start : start + len(heard) + 2])
-            if matcher.ratio() >= SAME_PHRASE:
-                return True
+            for share in STRETCHES:
+                matcher.set_seq1(letters[start : start + round(len(heard) * share)])
+                if matcher.real_quick_ratio() >= bar and matcher.ratio() >= bar:
+                    return True
         return False
 
     def __contains__(self, word: object) -> bool:
         if word in self._words:
             return True
-        return isinstance(word, str) and bool(difflib.get_close_matches(word, self._words, n=1, cutoff=SAME_WORD))
+        if not isinstance(word, str) or len(word) < FUZZY_LETTERS:
+            return False
+        return bool(difflib.get_close_matches(word, self._words, n=1, cutoff=SAME_WORD))
 
     def taken_off(self, text: str, least: int = 2) -> str:
         """`text` without a leading run of at least `least` words the agent said in that order (its echo,
