@@ -4,6 +4,7 @@ to back: is the wait after 10 minutes of speech as short as after 10 seconds, is
 bench/README.md ("Real speech") explains the clips and each figure; docs/performance.md the dictation's.
 
     python bench/realspeech.py --model tests/assets/ggml-tiny.en.bin [--model M ...] [--runs 1] [--fresh 3] [--threads 0]
+    python bench/realspeech.py --vocabulary --model tests/assets/ggml-tiny.en.bin --model tests/assets/ggml-base.bin
     python bench/realspeech.py --dictation [--minutes 10] [--short-runs 3] [--threads 0] [--busy 1 --busy-nice 10]
 """
 
@@ -230,6 +231,71 @@ def targets(models: dict[str, dict]) -> dict[str, Any]:
     return out
 
 
+VOCABULARY = "mcp-listen, pywhispercpp, kubectl, PostgreSQL, nginx, pydantic, Grafana, Terraform, Ollama, Siobhan, Nguyen, Aoife, Saoirse, Dvořák"  # fmt: skip
+SAID = {"mcp-listen": "M C P listen", "pywhispercpp": "pie whisper C P P", "kubectl": "kube control", "nginx": "engine X",
+        "PostgreSQL": "postgres Q L", "Siobhan": "Shivawn", "Nguyen": "Win", "Aoife": "Eefa", "Saoirse": "Seersha",
+        "Dvořák": "Dvorzhahk"}  # fmt: skip
+"""--vocabulary: the names as people say them, respelled for Piper (which reads a spelling as English)."""
+RARE = ("Siobhan pushed the fix to mcp-listen this morning.", "Run kubectl get pods before you restart the service.",
+        "The pywhispercpp wheel failed to build on my laptop.", "Ask Nguyen whether the PostgreSQL backup finished.",
+        "We moved all the dashboards to Grafana last week.", "Aoife wrote the Terraform module for the new cluster.",
+        "The nginx config still points at the old server.", "Saoirse says pydantic rejects the empty string.",
+        "Can Ollama run on the machine Siobhan set up?", "I listen to Dvořák while I debug the kubectl plugin.",
+        "Please send the mcp-listen release notes to Aoife.", "Nguyen thinks the Grafana alerts are far too noisy.",
+        "The Terraform plan wants to delete the PostgreSQL instance.", "Upgrade pydantic before you touch pywhispercpp.",
+        "Saoirse restarted nginx after the certificate expired.", "Ollama answered in under a second today.",
+        "Tell Siobhan that the kubectl context is wrong.", "The mcp-listen tests need the Ollama daemon.",
+        "Aoife is reviewing the Terraform change now.", "Play some Dvořák while Saoirse fixes the build.")  # fmt: skip
+
+
+def heard(term: str, text: str) -> bool:
+    """Whether `text` writes `term`: one to three of its words (split at spaces and hyphens) whose letters and
+    digits, lower case and accents off, are the term's ("MCP listen" is mcp-listen; "pywhispercppp" is not)."""
+    import re
+    import unicodedata
+
+    key = lambda s: "".join(c for c in unicodedata.normalize("NFKD", s).lower() if c.isascii() and c.isalnum())  # noqa: E731
+    words = re.split(r"[\s/-]+", text)
+    return any(key("".join(words[i : i + n])) == key(term) for i in range(len(words)) for n in (1, 2, 3))
+
+
+def rare_terms(opts: Any) -> int:
+    """--vocabulary: each RARE sentence said twice by the test voice (Piper's VITS, a model of a recorded voice: no
+    two renderings alike), transcribed whole as the server transcribes a phrase (its Session, so its prompt), with
+    and without VOCABULARY: the terms not `heard`, and the WER."""
+    import os
+    import re
+
+    import numpy as np
+    import soxr
+
+    from mcp_listen.whisper.session import Session
+
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"  # before piper imports onnxruntime, as the server does
+    from piper import PiperVoice
+
+    run = Run("pywhispercpp", "piper-tts", **vars(opts))
+    voice = PiperVoice.load(ROOT / "tests/assets/voices/en_US-joe-medium.onnx")
+    said = [(text, re.sub("|".join(map(re.escape, SAID)), lambda m: SAID[m[0]], text)) for text in RARE for _ in (0, 1)]
+    audio = [soxr.resample(np.concatenate([c.audio_int16_array for c in voice.synthesize(s)]), voice.config.sample_rate,
+                           RATE) for _, s in said]  # fmt: skip
+    run.report.update(vocabulary=VOCABULARY, said=said, models={})
+    for model in opts.model:
+        tr, out = Transcriber(threads=opts.threads or None), run.report["models"].setdefault(model.stem[5:], {})
+        for name, vocabulary in (("without", ""), ("with", VOCABULARY)):
+            session = Session(tr, model, translate=False, cancel=None, vocabulary=vocabulary)
+            texts = [W.usable_text(session.transcribe(a, "", "en")[0]) or "" for a in audio]
+            terms = [(t, h) for (ref, _), h in zip(said, texts) for t in VOCABULARY.split(", ") if t in ref]
+            missed = [t for t, h in terms if not heard(t, h)]
+            out[name] = {"terms": len(terms), "missed": len(missed), "term_error_pct": round(100 * len(missed) / len(terms), 1),
+                         "wer_pct": corpus_wer([(r, h) for (r, _), h in zip(said, texts)]),
+                         "missed_terms": sorted(set(missed)), "texts": texts}  # fmt: skip
+            print(f"{model.stem[5:]} {name}: {len(missed)}/{len(terms)} terms missed, WER {out[name]['wer_pct']} %")
+        tr.unload()
+    save_report(run.end(), opts.json or ROOT / "bench" / "results-vocabulary.json")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--model", [], "whisper model file, repeatable (default MCP_LISTEN_TEST_MODEL)"),
                ("--runs", 1, "passes over the clips per model"), ("--fresh", 3, "extra one-call servers per model"),
@@ -238,12 +304,15 @@ def main(argv: list[str] | None = None) -> int:
                ("--compare-threads", 0, "also measure each model on this fixed count, printed side by side"),
                ("--busy", 0, "programs spinning one core each during the run"), ("--busy-nice", 0, "their nice level"),
                ("--silence-ms", 1000, "silence_ms of every call"), ("--only", "", "comma-separated clip ids"),
+               ("--vocabulary", False, "the rare terms in Piper's test voice, with and without a vocabulary"),
                ("--dictation", False, "a long dictation instead (silence_ms 1500)"),
                ("--minutes", 10.0, "--dictation: the long run's speech (0 skips it)"), ("--short-runs", 3, "--dictation: 10 s runs"),
                ("--json", None, "the report (default bench/results-realspeech.json; --dictation: results-dictation.json)"))  # fmt: skip
     opts.model = opts.model or [TEST_MODEL]
     if missing := [str(m) for m in opts.model if not m.is_file()]:
         raise SystemExit(f"whisper model {missing} not found (pass --model PATH or set MCP_LISTEN_TEST_MODEL)")
+    if opts.vocabulary:
+        return rare_terms(opts)
     if opts.dictation:
         return dictate(opts)
     run, entries = Run("pywhispercpp", **vars(opts)), real(opts.only)
