@@ -1,14 +1,10 @@
 """Barge-in on echo paths and sounds the live rig cannot make: converse's own turn (duplex/barge.py: BargeIn)
-fed, window by window on a simulated clock, what a microphone in a room hears.
+fed, window by window on a simulated clock, what a microphone in a room hears; its thresholds are a
+BargeInConfig (`config`), its confirmation whisper (tiny.en by default), as converse's.
 
     python bench/barge.py [--runs N] [--conditions rooms,sounds,echoes] [--json OUT] [--voice P] [--model P]
 
-The agent is Piper's test voice at three speeds, the user real recorded speech (bench/realspeech_data.py),
-heard through an echo path (delay, gain, a reverberant tail) with steady noise, or an interferer made with
-sox and espeak-ng; a pause silences the speech one speaker block later, a resume plays on. The turn's clock is
-this bench's (passed in), so only the CPU figure feels other work on the machine; its thresholds are a
-BargeInConfig (`config`), its confirmation whisper (tiny.en by default), as converse's. bench/README.md
-("Barge-in") says what each figure measures.
+bench/README.md ("Barge-in") has the agent, the users, the rooms, the interferers and what each figure measures.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import random
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,8 +45,7 @@ CONDITIONS = {
     "room, 120 ms, 0 dB, reverb": {"delay_ms": 120, "gain_db": 0.0, "reverb": True, "noise_snr_db": None},
     "room, 60 ms, -3 dB, reverb, noise 20 dB SNR": {"delay_ms": 60, "gain_db": -3.0, "reverb": True, "noise_snr_db": 20},
 }  # fmt: skip
-"""The issue's rig: (a) full level, no delay; (b) room-like paths, 30-120 ms, -6 to 0 dB, reverberation;
-(c) steady room noise at 20 dB SNR (to the user's speech)."""
+"""Room-like echo paths, and steady room noise at 20 dB SNR to the user's speech."""
 SOUNDS = {
     "claps": ("sox", "synth 0.04 pinknoise fade q 0.001 0.04 0.035 pad 0 0.3 repeat 7"),
     "tone sweep": ("sox", "synth 2.5 sine 300-3400"),
@@ -75,7 +71,7 @@ SPEEDS = (0.8, 1.0, 1.25)
 RT60_S = 0.3
 TAIL_DB = -12.0
 """The reverberant tail: exponentially decaying noise, 60 dB down in RT60_S, starting TAIL_DB below the direct echo."""
-TARGETS = {"reaction_median_ms": 450.0, "reaction_p90_ms": 600.0, "over_floor_ms": 60.0, "wer_points": 5.0, "cpu_pct": 10.0}  # fmt: skip
+TARGETS = {"reaction_median_ms": 450.0, "reaction_p90_ms": 600.0, "wer_points": 5.0, "cpu_pct": 10.0}
 
 
 def echo_path(condition: dict[str, Any], rng: np.random.Generator) -> Any:
@@ -90,12 +86,11 @@ def echo_path(condition: dict[str, Any], rng: np.random.Generator) -> Any:
     return ir
 
 
-def echo(played16: Any, ir: Any, length: int, start: int) -> Any:
-    """`length` samples of what the microphone hears of the speech (16 kHz) played from `start` through `ir`."""
+def echo(played16: Any, ir: Any, length: int) -> Any:
+    """`length` samples of what the microphone hears through `ir` of what was played (16 kHz, on its clock)."""
     n = len(played16) + len(ir) - 1
     size = 1 << (n - 1).bit_length()
-    out = np.fft.irfft(np.fft.rfft(played16, size) * np.fft.rfft(ir, size), size)[:n]
-    return np.pad(out, (start, max(0, length - start - n)))[:length]
+    return np.pad(np.fft.irfft(np.fft.rfft(played16, size) * np.fft.rfft(ir, size), size)[:n], (0, length))[:length]
 
 
 def one_turn(case: dict[str, Any], clock: Any, vad: Any, config: Any = None, words: Any = None) -> dict:
@@ -129,7 +124,7 @@ def one_turn(case: dict[str, Any], clock: Any, vad: Any, config: Any = None, wor
             start = int((at - begin) * RATE)
             piece = far16[first * block16 : last * block16][: max(0, length - start)]
             played[start : start + len(piece)] += piece
-        near[:] = echo(played, path, length, 0) + others
+        near[:] = echo(played, path, length) + others
 
     def cut(at: float) -> None:
         """The speaker goes quiet one block after `at`: the blocks not heard by then are played again on a resume."""
@@ -242,15 +237,15 @@ def erle_db(pairs: list[tuple[Any, Any]], first: int, last: int) -> float | None
     return round(10 * np.log10(np.mean(near**2) / max(np.mean(out**2), 1e-3)), 1)
 
 
+@dataclass
 class _Iterable:
-    """A microphone for the turn: `latency_s` and the windows."""
+    """A microphone for the turn: its windows, and `latency_s`."""
 
-    def __init__(self, windows: Any, latency_s: float) -> None:
-        self._windows = windows
-        self.latency_s = latency_s
+    windows: Any
+    latency_s: float
 
     def __iter__(self):
-        return self._windows()
+        return self.windows()
 
 
 # --------------------------------------------------------------------------- the parts
@@ -290,32 +285,6 @@ def users() -> list[dict[str, Any]]:
     return chosen
 
 
-def reaction_floor_ms(samples: Any, stop_to_silence_ms: float) -> float:
-    """The reaction of the double-talk rule's Silero part with no agent: a fresh Silero on the clip alone, from its
-    first loud sample to the window on which the rule's windows average its probability, plus the input latency
-    and the speaker's cancel -> silence. The clips open with 0-280 ms of breath no rule on speech hears as speech."""
-    from mcp_listen.duplex.config import DEFAULT
-    from mcp_listen.speech.vad import SileroVAD
-
-    windows, probability = DEFAULT.onset_windows, DEFAULT.onset_probability
-    vad = SileroVAD()
-    lead = RATE // 2
-    padded = np.concatenate([np.zeros(lead), samples, np.zeros(lead)])
-    recent: list[float] = []
-    for i in range(len(padded) // WINDOW):
-        window = np.clip(padded[i * WINDOW : (i + 1) * WINDOW], -32768, 32767).astype(np.int16)
-        recent = [*recent, vad.hear(window)[0]][-windows:]
-        if len(recent) == windows and sum(recent) >= probability * windows:
-            heard_ms = ((i + 1) * WINDOW - lead - first_loud(samples)) * 1000 / RATE
-            return round(heard_ms + INPUT_LATENCY_S * 1000 + stop_to_silence_ms, 1)
-    return float("nan")
-
-
-def first_loud(samples: Any) -> int:
-    loud = np.flatnonzero(np.abs(samples) > 300)
-    return int(loud[0]) if len(loud) else 0
-
-
 class Whisper:
     def __init__(self, model: Path) -> None:
         from pywhispercpp.model import Model
@@ -344,15 +313,13 @@ def run_condition(condition: dict[str, Any], parts_: dict[str, Any], opts: Any, 
     sound, words = condition.get("sound"), parts_["whisper"].words
     for i in range(opts.runs):
         kind = "long@1.0" if sound is not None else texts[i % len(texts)]
-        far = parts_["agent"].says(kind)
-        text, room = Agent.TEXTS[kind.split("@")[0]], echo_path(condition, nrng)
+        far, text, room = parts_["agent"].says(kind), Agent.TEXTS[kind.split("@")[0]], echo_path(condition, nrng)
         case = {"far": far, "text": text, "room": room, "user": None, "user_at": 0}
         case["noise"] = _noise(condition, None, far, nrng)
         if sound is not None:
             case["interferer"], case["interferer_at"] = parts_["sounds"][sound], int(4.1 * RATE)
         result = one_turn(case, clock, vad, words=words)
-        aligned = result["aligned_window"]
-        erle = erle_db(result["pairs"], (aligned or 0) + 10, int(result["speech_s"] * RATE / WINDOW))
+        erle = erle_db(result["pairs"], (result["aligned_window"] or 0) + 10, int(result["speech_s"] * RATE / WINDOW))
         answer = words(result["handed"][: 4 * RATE]) if result["barged"] else None
         after = AgentWords(text).taken_off(words(result["handed"][: 2 * RATE])) if not result["barged"] else ""
         out["agent_alone"].append({"text": kind, "barged": result["barged"], "erle_db": erle,
@@ -381,17 +348,16 @@ def agents_words(said: str, clip_text: str, agent_text: str = Agent.TEXTS["long"
 
 
 def _cut_in_row(result: dict[str, Any], clip: dict[str, Any], user_at: int, parts_: dict) -> dict:
-    onset_s, stopped = (user_at + first_loud(clip["samples"])) / RATE, result["stopped_s"]
+    onset_s, stopped = (user_at + int(np.flatnonzero(np.abs(clip["samples"]) > 300)[0])) / RATE, result["stopped_s"]
     early = result["barged"] and stopped - INPUT_LATENCY_S < user_at / RATE  # on windows before the recording began
     lead_in = result["barged"] and not early and stopped < onset_s  # its breath, before the first sample over -40 dBFS
     after = round((stopped - onset_s) * 1000, 1) if result["barged"] and not (early or lead_in) else None
     handed = _until_silence(result["handed"], result["stopped_s"], clip, user_at)
     said = parts_["whisper"].words(handed) if result["barged"] else ""
     ref_errors, ref_words = errors(clip["text"], said)
-    floor = parts_["floor"]
     return {"clip": clip["id"], "barged": result["barged"], "before_the_user": early, "in_lead_in": lead_in,
         "onset_s": round(onset_s, 3), "reaction_ms": None if after is None else round(after + parts_["stop_to_silence_ms"], 1),
-        "reaction_floor_ms": floor[clip["id"]], "heard": said, "errors": ref_errors,
+        "heard": said, "errors": ref_errors,
         "agents_words": agents_words(AgentWords(Agent.TEXTS["long"]).taken_off(said), clip["text"]), "pauses": result["pauses"], "quiet_ms": result["quiet_ms"],
         "words": ref_words, "errors_alone": errors(clip["text"], parts_["alone"][clip["id"]])[0]}  # fmt: skip
 
@@ -430,12 +396,11 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
     alone, cut = rows["agent_alone"], rows["user_cuts_in"]
     words = sum(r["words"] for r in cut)
     reaction = summary(r["reaction_ms"] for r in cut if r["reaction_ms"] is not None)
-    floor = summary(r["reaction_floor_ms"] for r in cut if r["reaction_ms"] is not None)
     s = {"false_barge_ins": sum(r["barged"] for r in alone), "runs_alone": len(alone),
          "barge_ins_detected": sum(r["barged"] and not r["before_the_user"] for r in cut),
          "stopped_before_the_user": sum(r["before_the_user"] for r in cut), "runs_user": len(cut),
          "caught_in_lead_in": sum(r.get("in_lead_in", False) for r in cut),
-         "reaction_ms": reaction, "reaction_floor_ms": floor,
+         "reaction_ms": reaction,
          "wer_pct": round(100 * sum(r["errors"] for r in cut) / words, 1) if words else None,
          "wer_alone_pct": round(100 * sum(r["errors_alone"] for r in cut) / words, 1) if words else None,
          "pauses_alone": sum(r.get("pauses", 0) for r in alone), "runs_paused": sum(bool(r.get("pauses")) for r in alone),
@@ -444,7 +409,6 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
          "answers_with_agents_words": sum(bool(r.get("agents_words")) for r in cut + alone),
          "erle_db": summary(r["erle_db"] for r in alone if r["erle_db"] is not None),
          "cpu_pct_of_one_core": summary(r["cpu_pct_of_one_core"] for r in alone)}  # fmt: skip
-    gap = None if reaction.get("median") is None else reaction["median"] - floor["median"]
     wer_gap = None if s["wer_pct"] is None else s["wer_pct"] - s["wer_alone_pct"]
     s["targets"] = {
         "false_barge_ins": verdict(s["false_barge_ins"] + s["stopped_before_the_user"], 0),
@@ -452,7 +416,6 @@ def summarise(rows: dict[str, Any]) -> dict[str, Any]:
         "users_missed": verdict(s["runs_user"] - s["barge_ins_detected"], 0) if cut else {},
         "reaction_median_ms": verdict(reaction.get("median"), TARGETS["reaction_median_ms"]),
         "reaction_p90_ms": verdict(reaction.get("p90"), TARGETS["reaction_p90_ms"]),
-        "median_over_floor_ms": verdict(gap, TARGETS["over_floor_ms"]),
         "wer_points_over_alone": verdict(wer_gap, TARGETS["wer_points"]),
         "cpu_pct_median": verdict(s["cpu_pct_of_one_core"].get("median"), TARGETS["cpu_pct"]),
     }
@@ -463,14 +426,14 @@ def print_table(report: dict[str, Any]) -> None:
     """One line per condition: the README's table."""
     print(f"\nbarge-in, {report['config']['runs']} runs per condition and case")
     print("condition | false stops (alone + before the user) | paused (runs) | quiet per pause median ms | answers | "
-          "users caught | reaction median / p90 (floor) ms | WER / alone % | agent's words | ERLE dB | CPU % | misses")  # fmt: skip
+          "users caught | reaction median / p90 ms | WER / alone % | agent's words | ERLE dB | CPU % | misses")  # fmt: skip
     for name, s in report["summary"].items():
-        r, f, q = s["reaction_ms"], s["reaction_floor_ms"], s["quiet_ms_per_pause"]
+        r, q = s["reaction_ms"], s["quiet_ms_per_pause"]
         missed = [k for k, v in s["targets"].items() if v.get("ok") is False]
         print(f"{name} | {s['false_barge_ins']} + {s['stopped_before_the_user']} of {s['runs_alone']} | "
               f"{s['runs_paused']} | {q.get('median')} | {s['answers_from_no_user']} | "
               f"{s['barge_ins_detected']} of {s['runs_user']} ({s.get('caught_in_lead_in', 0)} in the lead-in) | "
-              f"{r.get('median')} / {r.get('p90')} ({f.get('median')}) | {s['wer_pct']} / {s['wer_alone_pct']} | "
+              f"{r.get('median')} / {r.get('p90')} | {s['wer_pct']} / {s['wer_alone_pct']} | "
               f"{s['answers_with_agents_words']} | {s['erle_db'].get('median')} | "
               f"{s['cpu_pct_of_one_core'].get('median')} | {', '.join(missed) or '-'}")  # fmt: skip
 
@@ -483,9 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     run = Run("pywebrtc-audio", "piper-tts", runs=opts.runs,
               voice=opts.voice.name, model=opts.model.name, speeds=SPEEDS, input_latency_s=INPUT_LATENCY_S)  # fmt: skip
     clock, whisper, clips, stop_ms = simulated_clock(), Whisper(opts.model), users(), _stop_to_silence_ms()
-    floor = {c["id"]: reaction_floor_ms(c["samples"], stop_ms) for c in clips}
     parts_ = {"agent": Agent(opts.voice), "users": clips, "whisper": whisper, "stop_to_silence_ms": stop_ms,
-              "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "floor": floor, "sounds": sounds()}  # fmt: skip
+              "alone": {c["id"]: whisper.words(c["samples"]) for c in clips}, "sounds": sounds()}  # fmt: skip
     room = CONDITIONS["full level, no delay"]
     groups = {"rooms": CONDITIONS, "sounds": {name: {**room, "sound": name} for name in SOUNDS}, "echoes": ECHOES}
     chosen = {name: c for group in opts.conditions.split(",") for name, c in groups[group].items()}

@@ -11,6 +11,7 @@ bench/README.md ("Real speech") explains the clips and each figure; docs/perform
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 import threading
 import time
@@ -231,21 +232,9 @@ def targets(models: dict[str, dict]) -> dict[str, Any]:
     return out
 
 
-VOCABULARY = "mcp-listen, pywhispercpp, kubectl, PostgreSQL, nginx, pydantic, Grafana, Terraform, Ollama, Siobhan, Nguyen, Aoife, Saoirse, Dvořák"  # fmt: skip
-SAID = {"mcp-listen": "M C P listen", "pywhispercpp": "pie whisper C P P", "kubectl": "kube control", "nginx": "engine X",
-        "PostgreSQL": "postgres Q L", "Siobhan": "Shivawn", "Nguyen": "Win", "Aoife": "Eefa", "Saoirse": "Seersha",
-        "Dvořák": "Dvorzhahk"}  # fmt: skip
-"""--vocabulary: the names as people say them, respelled for Piper (which reads a spelling as English)."""
-RARE = ("Siobhan pushed the fix to mcp-listen this morning.", "Run kubectl get pods before you restart the service.",
-        "The pywhispercpp wheel failed to build on my laptop.", "Ask Nguyen whether the PostgreSQL backup finished.",
-        "We moved all the dashboards to Grafana last week.", "Aoife wrote the Terraform module for the new cluster.",
-        "The nginx config still points at the old server.", "Saoirse says pydantic rejects the empty string.",
-        "Can Ollama run on the machine Siobhan set up?", "I listen to Dvořák while I debug the kubectl plugin.",
-        "Please send the mcp-listen release notes to Aoife.", "Nguyen thinks the Grafana alerts are far too noisy.",
-        "The Terraform plan wants to delete the PostgreSQL instance.", "Upgrade pydantic before you touch pywhispercpp.",
-        "Saoirse restarted nginx after the certificate expired.", "Ollama answered in under a second today.",
-        "Tell Siobhan that the kubectl context is wrong.", "The mcp-listen tests need the Ollama daemon.",
-        "Aoife is reviewing the Terraform change now.", "Play some Dvořák while Saoirse fixes the build.")  # fmt: skip
+RARE_TERMS = json.loads((Path(__file__).parent / "rare_terms.json").read_text())
+"""--vocabulary: the terms, the names as people say them (respelled for Piper), the sentences said."""
+VOCABULARY, SAID, RARE = RARE_TERMS["vocabulary"], RARE_TERMS["said"], RARE_TERMS["sentences"]
 
 
 def heard(term: str, text: str) -> bool:
