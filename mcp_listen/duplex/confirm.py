@@ -24,6 +24,9 @@ NON_SPEECH = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|[♪♫♬]")
 """How whisper writes sounds that are not words: [Music], (applause), *claps*, ♪."""
 NOISE_WORDS = frozenset({"you", "thank you", "thanks for watching", "thank you for watching", "bye", "so"})
 """What whisper writes for noise alone (its best-known hallucinations on non-speech): never a confirmation."""
+BACKCHANNELS = frozenset({"okay", "ok", "yeah", "yep", "uh huh", "mm hmm", "mhm", "hmm", "mm", "um", "uh", "oh", "ah"})
+"""A listener's "okay", "yeah", "mm-hmm" while the agent talks says go on, not stop (whisper also writes
+"Okay." for a sound that is no speech); alone, they never confirm."""
 SAME_WORD = 0.75
 """How alike (difflib's ratio) a heard word and one of the agent's must be to be the same: whisper's
 spelling of a word ("okay" / "ok", "colour" / "color") is not the user's own word."""
@@ -56,7 +59,7 @@ class Verdict:
     words: int | None = None
     """The words whisper heard (None: no whisper in this exchange, Silero decided alone)."""
     own_words: int = 0
-    """Of them, the agent's own (or noise alone)."""
+    """Of them, the agent's own (or noise alone, or a backchannel alone)."""
     needed_windows: int = 0
     quiet_ms: int | None = None
     """How long the agent was quiet for it (the exchange fills it in)."""
@@ -132,7 +135,8 @@ def judge(speech_windows: int, heard: str | None, agent: AgentWords, needed_wind
     if heard is None:
         return Verdict(speech_windows >= needed_windows, speech_windows, needed_windows=needed_windows)
     words = spoken_words(heard)
-    if " ".join(words) in NOISE_WORDS or agent.says(words):
+    said = " ".join(words)
+    if said in NOISE_WORDS or all(word in BACKCHANNELS for word in words) or said in BACKCHANNELS or agent.says(words):
         own = len(words)
     else:
         own = sum(1 for word in words if word in agent)

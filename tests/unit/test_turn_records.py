@@ -326,6 +326,8 @@ def test_the_agents_own_words_heard_with_headphones_make_the_path_measure_its_de
         ("No. Stop!", "Thursday evening.", 2, 0),
         ("you", "Thursday evening.", 1, 1),
         ("Amen with us.", "A man with a small brown dog.", 3, 3),  # its words cut off at the pause's edges
+        ("Okay.", "Thursday evening.", 1, 1),  # a backchannel, or whisper on a sound that is no speech
+        ("Mm-hmm, yeah.", "Thursday evening.", 3, 3),
         ("Hey, hold on a second.", "Hold on to the rail a second.", 5, 4),
     ],
 )
