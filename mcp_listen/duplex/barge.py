@@ -126,11 +126,11 @@ class BargeIn(HalfDuplex):
         handed = pre_roll([cleaned for cleaned, _ in recent], self._by_model, no_echo, config)
         judged, speech = min(len(handed), cut.span_windows + config.confirm_lead_windows), 0
         self._vad.reset()  # the microphone itself from here: the agent is quiet, nothing to take out
-        for heard, window in enumerate(incoming):
+        for count, window in enumerate(incoming):
             handed.append(self._handed(path.clean(window), no_echo))
             judged += 1
             probability = self._vad.hear(window)[0]
-            speech += heard >= config.confirm_settle_windows and probability >= config.confirm_probability
+            speech += count >= config.confirm_settle_windows and probability >= config.confirm_probability
             if self._clock() - paused_at >= config.confirm_s or self.playback.ended.is_set():
                 break
         heard = None if self._words is None else self._words(_joined(handed[-judged:]))
