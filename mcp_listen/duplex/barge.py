@@ -1,15 +1,17 @@
 """One converse exchange with barge-in: the microphone stays live while the agent speaks, each window cleaned
-of the echo (path.py), and the user talking over the agent stops the speech (cut_in.py); their words
-from the first syllable on are the answer.
+of the echo (path.py), and the user talking over the agent pauses the speech (cut_in.py), then stops it once
+their speech is confirmed (confirm.py); their words from the first syllable on are the answer.
 
 The loop: every window goes through the echo path; Silero (a session of this exchange's own, apart from the
 listener's) hears what the echo model leaves while it has learnt the path, AEC3's output otherwise (its
 span starts afresh when that changes); the cut-in rule judges the phase, those probabilities and the
-model's measures. On a cut-in the speech stops and the last `handover_windows` go to the listener first
-(pre_roll), so nothing the user said is lost; the windows after it are the leftover while the model
-decided (AEC3's suppressor damps the user while the agent still talks), AEC3's output otherwise. A speech
-played out with nobody cutting in ends as the half-duplex exchange does (exchange.py): the windows until its
-echo has died away are dropped, then the microphone itself is the user's."""
+model's measures. A cut-in pauses the speech: for `confirm_s` a fresh Silero hears the microphone itself (the
+agent is quiet) and whisper, when the exchange has it, the words since the onset. Confirmed, the speech stops
+and the last `handover_windows` before the pause go to the listener first (pre_roll), then the pause's, so
+nothing the user said is lost; not confirmed, it plays on where it paused. After a cut-in the windows are the
+leftover while the model decided (AEC3's suppressor damps the user while the agent still talks), AEC3's
+output otherwise. A speech played out with nobody cutting in ends as the half-duplex exchange does
+(exchange.py): the windows until its echo has died away are dropped, then the microphone itself is the user's."""
 
 from __future__ import annotations
 
