@@ -83,8 +83,8 @@ def check_barge_in(settings: Settings) -> Check:
 
 
 OTHER_TALKERS = (
-    "Claps, music and the agent's own voice only pause the speech; another person talking, or a TV, counts as the "
-    "user and stops it."
+    "Claps, music and the agent's own echo mostly only pause the speech (docs/performance.md says how often); another "
+    "person talking, or a TV, counts as the user and stops it."
 )
 
 

@@ -219,10 +219,10 @@ TOOLS = [
             "{barge_in}) it listens while you speak, your voice taken out: when the user talks over you the "
             "speech pauses at once and stops once their words are heard; `transcription` is what they said from their "
             'first word, and `spoken` has `interrupted_by: "user"` and `cut_in_ms`. A clap, music or your own echo '
-            "only pauses it (`spoken.paused_ms`); another person talking counts as the user. With barge_in false what "
-            "it hears while you speak, and "
-            "until the sound has left the speaker, is dropped; listening starts right after. Keep `text` short (a "
-            "sentence or two) and end it so the user knows it is their turn. `device` is the microphone, "
+            "mostly only pauses it (`spoken.paused_ms`); another person talking counts as the user. With barge_in "
+            "false what it hears while you speak, and until the sound has left the speaker, is dropped; listening "
+            "starts right after. Keep `text` short (a sentence or two) and end it so the user knows it is their "
+            "turn. `device` is the microphone, "
             "`output_device` the speaker. Nothing leaves the machine; no audio file is kept."
         ),
         args=arguments.ConverseArgs,
