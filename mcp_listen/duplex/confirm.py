@@ -16,6 +16,7 @@ Two signals must agree (bench/README.md, "Barge-in that only the user can trigge
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ class Verdict:
 
     confirmed: bool
     speech_windows: int
-    """Windows Silero heard as speech from the onset to the verdict."""
+    """The pause's windows (after its first `confirm_settle_windows`) Silero heard as speech."""
     words: int | None = None
     """The words whisper heard (None: no whisper in this exchange, Silero decided alone)."""
     own_words: int = 0
@@ -85,21 +86,20 @@ class AgentWords:
     def __init__(self, text: str) -> None:
         self._in_order = spoken_words(text)
         self._words = set(self._in_order)
+        self._letters = "".join(self._in_order)
+        self._starts = [0, *itertools.accumulate(len(word) for word in self._in_order[:-1])]
+        """Where each of its words begins in `_letters`: the stretches a heard phrase is compared with."""
 
     def says(self, words: list[str]) -> bool:
         """Whether `words` sound like a stretch of the agent's text, letter for letter (SAME_PHRASE)."""
         heard = "".join(words)
         if len(heard) < PHRASE_LETTERS:
             return False
-        letters = "".join(self._in_order)
-        starts = [0]
-        for word in self._in_order[:-1]:
-            starts.append(starts[-1] + len(word))
         bar = SAME_PHRASE if len(heard) >= SHORT_PHRASE_LETTERS else SAME_SHORT_PHRASE
         matcher = difflib.SequenceMatcher(None, "", heard, autojunk=False)
-        for start in starts:
+        for start in self._starts:
             for share in STRETCHES:
-                matcher.set_seq1(letters[start : start + round(len(heard) * share)])
+                matcher.set_seq1(self._letters[start : start + round(len(heard) * share)])
                 if matcher.real_quick_ratio() >= bar and matcher.ratio() >= bar:
                     return True
         return False
