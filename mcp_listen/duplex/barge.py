@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mcp_listen.duplex.config import DEFAULT, BargeInConfig
-from mcp_listen.duplex.confirm import AgentWords, Verdict, judge
+from mcp_listen.duplex.confirm import Verdict, judge
 from mcp_listen.duplex.cut_in import CutIn, cut_in, pre_roll
 from mcp_listen.duplex.doubletalk import EchoModel, Explained
 from mcp_listen.duplex.echo import Canceller
@@ -58,7 +58,6 @@ class BargeIn(HalfDuplex):
         self._vad = vad
         self._words = words
         """whisper on int16 samples (converse); None: Silero alone confirms the user (speak_text)."""
-        self.agent = AgentWords(text)
         canceller = canceller or Canceller()
         self.path = EchoPath(config, clock, canceller, echo_model or EchoModel(config.model), aligners)
         self.barged_at: float | None = None

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from mcp_listen.contract.limits import WINDOW_S
+from mcp_listen.duplex.confirm import AgentWords
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ class HalfDuplex:
     def __init__(self, playback: Speech, text: str, speed: float, clock: Clock = time.monotonic) -> None:
         self.playback = playback
         self._text = text
+        self.agent = AgentWords(text)
+        """The agent's words: its echo taken off the front of the answer (and barge-in's confirmation)."""
         self._speed = speed
         self._clock = clock
         self._started = False

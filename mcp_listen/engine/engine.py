@@ -45,7 +45,6 @@ from mcp_listen.contract.results import (
     Transcribed,
 )
 from mcp_listen.duplex.barge import BargeIn
-from mcp_listen.duplex.confirm import AgentWords
 from mcp_listen.duplex.exchange import HalfDuplex
 from mcp_listen.engine import memory, speaking
 from mcp_listen.engine.parts import (
@@ -405,7 +404,7 @@ class Engine:
             exchange.close()
         words = self._words_of(heard, worker, plan, progress)
         if words.text:  # a run of the agent's own words at its start is its echo (a speaker later than measured)
-            words = replace(words, text=AgentWords(args.text).taken_off(words.text) or None)
+            words = replace(words, text=exchange.agent.taken_off(words.text) or None)
         warning = speaking.joined(warning, playback.warning)
         if warning is not None:
             words = replace(words, warning=warning if words.warning is None else f"{words.warning} {warning}")
