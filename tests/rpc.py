@@ -6,10 +6,12 @@ the child puts on stdout, send signals and close stdin.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -166,9 +168,12 @@ class RawServer:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no response to request {request_id}")
-            msg = self.messages.get(timeout=remaining)
+            try:
+                msg = self.messages.get(timeout=max(remaining, 0))
+            except queue.Empty:
+                raise TimeoutError(
+                    f"no response to request {request_id} in {timeout:g} s; {self.hung_stacks()}"
+                ) from None
             if msg.get("id") == request_id and ("result" in msg or "error" in msg):
                 return msg
 
@@ -199,6 +204,15 @@ class RawServer:
         code = self.proc.poll()
         state = "still running" if code is None else f"exited with {code}"
         return f"the server (pid {self.proc.pid}) {state}; its stderr ends:\n{tail_of(self.stderr_file)}"
+
+    def hung_stacks(self) -> str:
+        """Abort a server that still runs so faulthandler (PYTHONFAULTHANDLER) writes every thread's stack
+        to its stderr, then its tail: a hang's failure message shows where each thread waited."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        return self.stderr_tail()
 
     def __enter__(self) -> RawServer:
         return self
@@ -307,7 +321,7 @@ class Wire:
                     return value
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"{what} within {timeout:g} s; {self.server.stderr_tail()}")
+                    raise TimeoutError(f"{what} within {timeout:g} s; {self.server.hung_stacks()}")
                 if not self._filer.is_alive():  # the server exited and every message is filed
                     raise TimeoutError(f"{what}: {self.server.stderr_tail()}")
                 self._changed.wait(min(remaining, 0.1))
