@@ -40,17 +40,17 @@ LISTEN_DURATION_MS = 15000
 DEFAULT_SILENCE_MS = 1000
 END_OF_TURN_MODES = ("silence", "smart")
 """silence: the turn ends after silence_ms of silence; smart: later while the words sound unfinished."""
-DEFAULT_END_OF_TURN = "silence"
+DEFAULT_END_OF_TURN = "smart"
 """transcribe_voice's, voice_query's and converse's end_of_turn (MCP_LISTEN_END_OF_TURN); capture_audio
 always ends on silence."""
 MIN_MAX_PAUSE_MS, MAX_MAX_PAUSE_MS = MIN_SILENCE_MS, 30000
 DEFAULT_MAX_PAUSE_MS = 3000
 """With end_of_turn "smart", the longest pause after the last word that holds the turn while the words
 sound unfinished: then it ends (end_reason max_pause). Never less than silence_ms (the larger one holds)."""
-END_REASONS = ("silence", "complete", "max_pause", "duration", "cancelled")
+END_REASONS = ("silence", "words", "voice", "words+voice", "max_pause", "duration", "cancelled")
 """Why a turn ended: silence_ms of silence (end_of_turn silence, or smart with nothing to judge the
-words by); smart judged the words finished (complete) or held until max_pause_ms ran out; duration_ms;
-the caller cancelled."""
+words by); smart judged the words finished, by the signal that decided (the words, the voice, both:
+speech/turns.py), or held until max_pause_ms ran out; duration_ms; the caller cancelled."""
 END_SIGNALS = ("words", "voice", "words+voice", "silence", "unjudged")
 """end_of_turn "smart": the signal that decided, beside end_reason (complete, max_pause, silence): the
 trailing word, the voice (Smart Turn), both; silence when none covers the language; unjudged when the

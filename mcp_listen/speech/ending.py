@@ -2,13 +2,15 @@
 end_reason and end_signal), and end_of_turn "smart"'s thresholds (`EndOfTurnConfig`).
 
 end_of_turn "silence" ends a turn after silence_ms of silence, always. "smart" asks, in each pause,
-whether the words it follows are finished (the listener hands over a `Verdict`): finished, the pause
-ends at silence_ms (end_reason "complete"); unfinished or not yet judged, it is held up to
-max_pause_ms after the last word, then the turn ends anyway ("max_pause"). Where no signal covers
-the language heard, the verdict says so (`by` "silence") and the plain silence rule applies
-("silence"). Both pauses are counted by the endpointer from the same point (speech/endpoint.py), so
-max_pause_ms is comparable with silence_ms. How the turn ended is a `TurnEnd` record, logged once at
-DEBUG. Pure: no audio, no numpy.
+whether the words it follows are finished (the listener hands over a `Verdict`): when the words and
+the voice agree at once that they are (`Verdict.at_once`), the turn ends as soon as that is known,
+without waiting out silence_ms; finished otherwise, the pause ends at silence_ms; unfinished or not
+yet judged, it is held up to max_pause_ms after the last word, then the turn ends anyway
+("max_pause"). The end_reason of a finished turn names the signal that decided ("words", "voice",
+"words+voice"). Where no signal covers the language heard, the verdict says so (`by` "silence") and
+the plain silence rule applies ("silence"). Both pauses are counted by the endpointer from the same
+point (speech/endpoint.py), so max_pause_ms is comparable with silence_ms. How the turn ended is a
+`TurnEnd` record, logged once at DEBUG. Pure: no audio, no numpy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 
 from mcp_listen.errors import InvalidArgument
 
+FINISHED_BY = ("words", "voice", "words+voice")
+"""A smart verdict's signals that end a finished turn, each also its end_reason."""
 NO_SIGNAL = "silence"
 """A verdict's `by` when no signal covers the language: smart then ends the turn as silence does."""
 UNJUDGED = "unjudged"
@@ -37,6 +41,13 @@ class EndOfTurnConfig:
     """No answer is asked before the pause has lasted this long: a breath between words ends sooner."""
     answers_per_s: float = 1.0
     """The most answers worked out per second of audio, on average (each costs ~90 ms of CPU)."""
+    at_once_threshold: float = 0.7
+    """The least of the audio model's first `at_once_answers` answers from which, with whisper's words ending
+    a sentence (a final full stop, question or exclamation mark, and no trailing word), the turn ends at
+    once. Higher than `voice_threshold`: a thinking pause it misjudged would be cut short of silence_ms."""
+    at_once_answers: int = 2
+    """How many of the answers (in `pause_heard_ms` order: the speech with 0, then 100 ms of the pause) an
+    at-once end waits for: the later ones would add their ms of pause to every finished turn."""
 
     def __post_init__(self) -> None:
         if not (0.0 < self.voice_threshold <= 1.0):
@@ -49,13 +60,23 @@ class EndOfTurnConfig:
             )
         if self.ask_after_ms < 0:
             raise ValueError(f"EndOfTurnConfig.ask_after_ms: expected ms >= 0; got {self.ask_after_ms!r}.")
+        if not (self.voice_threshold <= self.at_once_threshold <= 1.0):
+            raise ValueError(
+                "EndOfTurnConfig.at_once_threshold: expected a number from voice_threshold "
+                f"({self.voice_threshold}) to 1; got {self.at_once_threshold!r}."
+            )
+        if not (1 <= self.at_once_answers <= len(self.pause_heard_ms)):
+            raise ValueError(
+                f"EndOfTurnConfig.at_once_answers: expected 1 to {len(self.pause_heard_ms)} (pause_heard_ms' "
+                f"answers); got {self.at_once_answers!r}."
+            )
         if not (math.isfinite(self.answers_per_s) and self.answers_per_s > 0):
             raise ValueError(
                 f"EndOfTurnConfig.answers_per_s: expected a finite number > 0; got {self.answers_per_s!r}."
             )
 
     @property
-    def answers_at_once(self) -> int:
+    def answers_saved(self) -> int:
         """The answer budget saved up: one whole pause's, so a turn after a second of speech has them at once."""
         return len(self.pause_heard_ms)
 
@@ -72,23 +93,32 @@ class Verdict:
     by: str
     """Which signal decided: "words" (the text rule), "voice" (the audio model), "words+voice", or
     NO_SIGNAL when none covers the language."""
+    at_once: bool = False
+    """The words and the voice agree so surely that the turn ends now, not at silence_ms."""
 
 
 class TurnEnding:
     """Per recording: the silence that ends the pause now (`silence_for`), whether smart is holding
     the turn past silence_ms (`holding`), and why it ended (`reason`)."""
 
-    def __init__(self, end_of_turn: str, silence_ms: int, max_pause_ms: int) -> None:
+    def __init__(
+        self, end_of_turn: str, silence_ms: int, max_pause_ms: int, at_once_ms: int = SMART.ask_after_ms
+    ) -> None:
         self.smart = end_of_turn == "smart"
         self.silence_ms = silence_ms
         self.max_pause_ms = max(max_pause_ms, silence_ms)
+        self.at_once_ms = min(at_once_ms, silence_ms)
+        """The pause that ends a turn judged finished at once: no verdict is asked before it has lasted this long,
+        so the endpointer stops on the window the verdict comes in."""
         self.verdict: Verdict | None = None
         """The verdict the pause in progress (or the last one) is timed by; None before it is in."""
 
     def silence_for(self, verdict: Verdict | None) -> int:
         """The pause that ends the turn now; `verdict` is the words' judgement, None until it is in."""
         self.verdict = verdict
-        return self.max_pause_ms if self.holds else self.silence_ms
+        if self.holds:
+            return self.max_pause_ms
+        return self.at_once_ms if self.smart and verdict is not None and verdict.at_once else self.silence_ms
 
     @property
     def holds(self) -> bool:
@@ -109,26 +139,37 @@ class TurnEnding:
             return "duration"
         if stopped_by != "silence":
             return None
-        if not self.smart or (self.verdict is not None and self.verdict.by == NO_SIGNAL):
+        verdict = self.verdict
+        if not self.smart or (verdict is not None and verdict.by == NO_SIGNAL):
             return "silence"
-        return "max_pause" if self.holds else "complete"
+        if self.holds or verdict is None:
+            return "max_pause"
+        return verdict.by
+
+    @property
+    def at_once(self) -> bool:
+        """smart ended (or would end) the pause in progress at once, the words and the voice agreeing."""
+        return self.smart and self.verdict is not None and self.verdict.at_once and not self.holds
 
     def signal(self, stopped_by: str | None) -> str | None:
-        """The result's end_signal, which joins end_reason under "smart": the signal that decided ("words",
-        "voice", "words+voice"; NO_SIGNAL when none covers the language; UNJUDGED when the pause was held
-        to max_pause_ms before they were in). None otherwise: end_reason says it all."""
-        if not self.smart or self.reason(stopped_by) not in ("complete", "max_pause", "silence"):
+        """The result's end_signal under "smart": the signal behind end_reason ("words", "voice",
+        "words+voice"; NO_SIGNAL when none covers the language; UNJUDGED when the pause was held to
+        max_pause_ms before they were in), which says what held a "max_pause". None otherwise."""
+        if not self.smart or self.reason(stopped_by) not in (*FINISHED_BY, "max_pause", "silence"):
             return None
         return UNJUDGED if self.verdict is None else self.verdict.by
 
     def describe(self, stopped_by: str | None) -> str:
         """How the recording stopped, for the "Recording finished" progress: the endpointer's reason,
-        then (smart) the end_reason and the signal that decided: "silence; complete by words"."""
+        then (smart) the end_reason, and the signal that held a max_pause: "silence; words+voice at once",
+        "silence; max_pause by words"."""
         reason = self.reason(stopped_by)
-        if not self.smart or reason not in ("complete", "max_pause"):
+        if not self.smart or reason not in (*FINISHED_BY, "max_pause"):
             return str(stopped_by)
-        by = f" by {self.verdict.by}" if self.verdict is not None else ""
-        return f"{stopped_by}; {reason}{by}"
+        if reason == "max_pause":
+            by = f" by {self.verdict.by}" if self.verdict is not None else ""
+            return f"{stopped_by}; max_pause{by}"
+        return f"{stopped_by}; {reason}{' at once' if self.at_once else ''}"
 
 
 def max_pause_ms(asked: int | None, default: int, silence_ms: int) -> int:
@@ -159,6 +200,8 @@ class TurnEnd:
     """The least sure of the audio model's answers the verdict used (None: not in; NaN: no model)."""
     answers: tuple[float, ...]
     """Every answer the audio model gave for the last pause."""
+    at_once: bool
+    """The words and the voice agreed at once: the turn ended without waiting out silence_ms."""
     pause_ms: float
     """The pause when the turn ended."""
     target_ms: float
@@ -173,6 +216,7 @@ class TurnEnd:
             "words": self.words,
             "voice": None if self.voice is None else round(self.voice, 3),
             "answers": ",".join(f"{a:.3f}" for a in self.answers) or None,
+            "at_once": self.at_once,
             "pause_ms": round(self.pause_ms),
             "target_ms": round(self.target_ms),
         }

@@ -28,6 +28,8 @@ class Voice(Protocol):
 
     def answer(self, pause: int) -> tuple[bool, float | None]: ...
 
+    def early(self, pause: int, count: int) -> float | None: ...
+
 
 class PauseJudge:
     """One recording's pauses and how its turn ended."""
@@ -48,9 +50,20 @@ class PauseJudge:
     def target_ms(self, words: str | None, language: str, speech_end: int) -> int:
         """The pause that ends the turn now, after the words `words` (None: whisper's guess is not in) ended
         at sample `speech_end`: silence_ms, or up to max_pause_ms until the words and the voice say."""
+        config = self.config
         voice_in, voice = self.voice.answer(speech_end) if self.voice else (True, None)
-        threshold = self.config.voice_threshold
-        verdict = None if words is None else judge(words, language, voice, threshold, voice_in=voice_in)
+        early = self.voice.early(speech_end, config.at_once_answers) if self.voice else None
+        verdict = None
+        if words is not None:
+            verdict = judge(
+                words,
+                language,
+                voice,
+                config.voice_threshold,
+                voice_in=voice_in,
+                early=early,
+                at_once_from=config.at_once_threshold,
+            )
         self._words = None if words is None else words_say(words, language)
         self._voice, self._pause = voice, speech_end
         return self.ending.silence_for(verdict)
@@ -94,6 +107,7 @@ class PauseJudge:
             self._words,
             self._voice,
             answers,
+            ending.at_once,
             pause_ms,
             target_ms,
         )

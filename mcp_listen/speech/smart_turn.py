@@ -143,20 +143,20 @@ def shared_smart_turn() -> SmartTurn:
 
 
 class AnswerBudget:
-    """At most `answers_per_s` answers per second of audio, `answers_at_once` saved up: a token bucket filled
+    """At most `answers_per_s` answers per second of audio, `answers_saved` saved up: a token bucket filled
     by the recording's own clock (sample numbers), so a loaded machine's late windows change nothing."""
 
-    def __init__(self, per_s: float = SMART.answers_per_s, at_once: int = SMART.answers_at_once) -> None:
+    def __init__(self, per_s: float = SMART.answers_per_s, saved: int = SMART.answers_saved) -> None:
         self.per_s = per_s
-        self.at_once = at_once
-        self._saved = float(at_once)
+        self.most_saved = saved
+        self._saved = float(saved)
         self._at: int | None = None
         self.spent = 0
 
     def take(self, sample: int) -> bool:
         """One answer at sample `sample` of the recording, if the audio so far has earned it."""
         if self._at is not None and sample > self._at:
-            self._saved = min(self.at_once, self._saved + (sample - self._at) / SAMPLE_RATE * self.per_s)
+            self._saved = min(self.most_saved, self._saved + (sample - self._at) / SAMPLE_RATE * self.per_s)
         self._at = sample if self._at is None else max(self._at, sample)
         if self._saved < 1.0:
             return False
@@ -177,7 +177,7 @@ class VoiceAtPause:
         self, finished_from: float, budget: AnswerBudget | None = None, config: EndOfTurnConfig = SMART
     ) -> None:
         self.finished_from = finished_from
-        self.budget = budget if budget is not None else AnswerBudget(config.answers_per_s, config.answers_at_once)
+        self.budget = budget if budget is not None else AnswerBudget(config.answers_per_s, config.answers_saved)
         self._expected = len(config.pause_heard_ms)
         self._lock = threading.Lock()
         self._pause: int | None = None
@@ -235,6 +235,17 @@ class VoiceAtPause:
             if pause != self._pause or not (self._decided() or len(self._answers) == self._expected):
                 return False, None
             return True, math.nan if any(math.isnan(a) for a in self._answers) else min(self._answers)
+
+    def early(self, pause: int, count: int) -> float | None:
+        """The least of the first `count` answers for the pause that began at sample `pause` (the speech with
+        the least of the pause heard: they are asked in `pause_heard_ms` order), None until they are in; NaN
+        without a model. After an answer under `finished_from` the later ones are never worked out: then None
+        too, and `answer` already says the pause is held."""
+        with self._lock:
+            if pause != self._pause or len(self._answers) < count:
+                return None
+            first = self._answers[:count]
+            return math.nan if any(math.isnan(a) for a in first) else min(first)
 
     def answers(self, pause: int) -> tuple[float, ...]:
         """Every answer worked out so far for the pause that began at sample `pause`."""

@@ -7,7 +7,8 @@ make the pause that ends the turn longer. Whisper ends almost every piece with a
 one cut mid-sentence ("to buy some bread and."), so the trailing word decides as often as the
 punctuation does. Pure: no audio, no whisper.
 
-`judge` is the rule "smart" uses, words and voice together. The words can hold the turn: a last
+`judge` is the rule "smart" uses, words and voice together. When both say at once and surely that the
+turn is over (`agree_at_once`), it ends without waiting out silence_ms. The words can hold the turn: a last
 word that is a trailing conjunction, article, preposition or filler of the language heard holds it
 ("words"), whatever full stop, comma or ellipsis whisper put after it (`words_say`: on the bench's
 turn set whisper's punctuation on cut pieces was wrong both ways), unless it asks or exclaims.
@@ -94,14 +95,20 @@ def judge(
     threshold: float = SMART.voice_threshold,
     *,
     voice_in: bool = True,
+    early: float | None = None,
+    at_once_from: float = SMART.at_once_threshold,
 ) -> Verdict | None:
     """The verdict on a pause from the words heard up to it (None: whisper's guess is not in yet) and the
     audio model's `probability` that the turn is finished (None or NaN: no audio model); None while the
     voice is not in yet (`voice_in`) and the words do not hold the turn, and while the words are not in: the
-    voice waits for them. The rule is the module's docstring."""
+    voice waits for them. `early` is the least of the voice's first answers (ending.EndOfTurnConfig's
+    at_once_answers): from `at_once_from`, with words that end a sentence, the turn ends at once. The rule
+    is the module's docstring."""
     said = None if text is None else words_say(text, language)
     if said == "unfinished":
         return Verdict(False, "words")
+    if agree_at_once(text, language, said, early, at_once_from):
+        return Verdict(True, "words+voice", at_once=True)
     if not voice_in:
         return None
     if probability is None or math.isnan(probability):
@@ -111,3 +118,13 @@ def judge(
     if text is None:
         return None
     return Verdict(probability >= threshold, "voice" if said is None else "words+voice")
+
+
+def agree_at_once(text: str | None, language: str, said: str | None, early: float | None, at_once_from: float) -> bool:
+    """The words and the voice both say, surely, that the turn is over: the rule knows the language's words
+    and none trails, whisper ended them as a sentence (full stop, question or exclamation mark), and the
+    voice's first answers are all at least `at_once_from`. Each alone is wrong too often to end a turn
+    before silence_ms (bench/README.md, "A finished turn answered at once")."""
+    if text is None or said != "open" or early is None or math.isnan(early) or early < at_once_from:
+        return False
+    return bool(text.strip()) and sounds_finished(text, language)

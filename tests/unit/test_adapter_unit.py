@@ -208,8 +208,8 @@ async def test_transcribe_wire_shape(heard, expected):
             {"transcription": "what time is it", "response": "Noon.", "model": "llama3.2"},
         ),
         (
-            Answered(Transcribed("what time is it", 2400, "en", True, "silence", end_reason="complete"), "m", "Noon."),
-            {"transcription": "what time is it", "response": "Noon.", "model": "m", "end_reason": "complete"},
+            Answered(Transcribed("what time is it", 2400, "en", True, "silence", end_reason="words+voice"), "m", "Noon."),
+            {"transcription": "what time is it", "response": "Noon.", "model": "m", "end_reason": "words+voice"},
         ),
         (
             Answered(Transcribed(None, 1500, "en", True, "silence"), "llama3.2", None),

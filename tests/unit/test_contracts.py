@@ -206,10 +206,12 @@ def test_max_pause_ms_is_bounded_needs_a_pause_to_hold_and_states_its_default():
     assert (bounds["minimum"], bounds["maximum"]) == (limits.MIN_MAX_PAUSE_MS, limits.MAX_MAX_PAUSE_MS)
 
 
-def test_end_reason_is_one_of_the_five_in_every_listening_result_schema():
+def test_end_reason_names_the_deciding_signal_in_every_listening_result_schema():
     for model in (results.CaptureResult, results.TranscribeResult, results.VoiceQueryResult, results.ConverseResult):
         prop = results.output_schema(model)["properties"]["end_reason"]
-        assert prop["anyOf"][0]["enum"] == ["silence", "complete", "max_pause", "duration", "cancelled"], model
+        assert prop["anyOf"][0]["enum"] == [
+            "silence", "words", "voice", "words+voice", "max_pause", "duration", "cancelled",
+        ], model  # fmt: skip
 
 
 def test_end_of_turn_is_silence_or_smart_and_needs_stop_on_silence():

@@ -156,7 +156,8 @@ def engine(recorder: ScriptedRecorder, tmp_path: Path, whisper: Any = None, llm:
 def test_voice_query_listens_until_the_pause_then_asks(tmp_path):
     recorder = ScriptedRecorder((QUIET, 10), (LOUD, 40), (QUIET, 200))
     whisper, llm = FakeWhisper(), FakeLLM()
-    answered = engine(recorder, tmp_path, whisper, llm).voice_query(VoiceQueryArgs())
+    # end_of_turn "silence": the pause this script times is silence_ms (smart's own are tests/unit/test_listening_unit.py)
+    answered = engine(recorder, tmp_path, whisper, llm).voice_query(VoiceQueryArgs(end_of_turn="silence"))
     assert isinstance(answered, Answered)
     assert answered.question.text == "What time is it?" and answered.response == "Noon."
     assert answered.question.stopped_by == "silence" and answered.question.speech_detected is True

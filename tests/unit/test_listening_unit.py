@@ -16,7 +16,7 @@ from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import HOLDING_MESSAGE, PARTIAL_PREFIX, RESUMED_MESSAGE, partial_message
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.speech.ending import NO_SIGNAL, SMART, TurnEnding, Verdict
-from mcp_listen.speech.listener import Listener, Plan
+from mcp_listen.speech.listener import TRAILING_KEEP_MS, Listener, Plan
 
 ASK_AFTER_MS, PAUSE_HEARD_MS = SMART.ask_after_ms, SMART.pause_heard_ms
 SPEECH, QUIET = 0.9, 0.05
@@ -244,15 +244,22 @@ class Voice:
     def answer(self, pause):
         return True, self.probability
 
+    def early(self, pause, count):
+        return self.probability
 
-def stop_after_speech_ms(words, end_of_turn, silence_ms=1000, max_pause_ms=3000, max_ms=20000, progress=None):
+
+def stop_after_speech_ms(
+    words, end_of_turn, silence_ms=1000, max_pause_ms=3000, max_ms=20000, progress=None, voice=None, language="en"
+):
     """Windows of quiet after 2 s of speech until the stop, in ms (and the worker, and the end_reason)."""
     worker = Guessing(words)
+    worker.language = language
     plan = Plan(
         max_ms=max_ms, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=end_of_turn,
         max_pause_ms=max_pause_ms,
     )  # fmt: skip
-    listener = Listener(plan, progress, None, worker, vad=ScriptedVAD(script((QUIET, 40), (SPEECH, 62))), voice=Voice())
+    vad = ScriptedVAD(script((QUIET, 40), (SPEECH, 62)))
+    listener = Listener(plan, progress, None, worker, vad=vad, voice=voice or Voice())
     reason, windows = None, []
     while reason is None:
         windows.append(np.full(WINDOW, listener.windows, dtype=np.int16))
@@ -276,7 +283,30 @@ def test_smart_end_of_turn_holds_an_unfinished_pause_until_max_pause_ms(words):
 def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
     smart, _, why = stop_after_speech_ms("I went to the store.", "smart")
     plain, _, plain_why = stop_after_speech_ms("I went to the store.", "silence")
-    assert smart == plain and (why, plain_why) == ("complete", "silence")
+    assert smart == plain and (why, plain_why) == ("words", "silence")
+
+
+@pytest.mark.parametrize(
+    ("words", "probability", "language", "at_once"),
+    [
+        ("I went to the store.", 0.9, "en", True),
+        ("Where is the station?", 0.75, "en", True),
+        ("I went to the store.", 0.6, "en", False),  # the voice finished, not surely: silence_ms
+        ("I went to the store", 0.9, "en", False),  # no full stop: whisper heard no sentence end
+        ("I went to the.", 0.9, "en", False),  # a trailing word holds, whatever the voice says
+        ("Ik ging naar de winkel.", 0.9, "xx", False),  # a language whose words the rule does not know
+    ],
+)
+def test_a_finished_turn_ends_at_once_only_when_the_words_and_the_voice_agree_surely(
+    words, probability, language, at_once
+):
+    silence, _, _ = stop_after_speech_ms(words, "silence")
+    smart, _, why = stop_after_speech_ms(words, "smart", voice=Voice(probability), language=language)
+    if at_once:
+        # as soon as the guess of the words is in: the word's tail recorded (TRAILING_KEEP_MS), not silence_ms
+        assert smart <= TRAILING_KEEP_MS + 64 and why == "words+voice", (smart, why)
+    else:
+        assert smart >= silence, (smart, silence, why)  # silence_ms at least: ended there, or held longer
 
 
 class Listening(Voice):
@@ -418,7 +448,9 @@ def test_a_verdict_without_a_signal_for_the_language_ends_the_turn_as_silence_do
     assert ending.silence_for(None) == 3000 and ending.reason("silence") == "max_pause"
     assert not ending.holding(1500)  # held while the words are still being judged, but not said to be
     assert ending.silence_for(Verdict(False, "words")) == 3000
-    assert ending.silence_for(Verdict(True, "words+voice")) == 1000 and ending.reason("silence") == "complete"
+    assert ending.silence_for(Verdict(True, "words+voice")) == 1000 and ending.reason("silence") == "words+voice"
+    assert ending.silence_for(Verdict(True, "words+voice", at_once=True)) == SMART.ask_after_ms and ending.at_once
+    assert ending.reason("silence") == "words+voice" and ending.describe("silence") == "silence; words+voice at once"
     assert ending.silence_for(Verdict(False, NO_SIGNAL)) == 1000 and ending.reason("silence") == "silence"
     assert not ending.holding(5000)
     assert ending.reason("ceiling") == "duration" and ending.reason("no_speech_timeout") is None
@@ -430,7 +462,7 @@ def test_a_verdict_without_a_signal_for_the_language_ends_the_turn_as_silence_do
     ("words", "fields"),
     [
         ("So I was thinking of", "end_reason=max_pause end_signal=words words=unfinished voice=nan"),
-        ("I went to the store.", "end_reason=complete end_signal=words words=open voice=nan"),
+        ("I went to the store.", "end_reason=words end_signal=words words=open voice=nan"),
     ],
 )
 def test_the_end_of_a_smart_turn_is_logged_once_at_debug_with_its_signals_and_never_the_words(caplog, words, fields):

@@ -19,7 +19,7 @@ from mcp_listen.speech.ending import SMART
 from mcp_listen.speech.smart_turn import AnswerBudget, VoiceAtPause, log_mel, shared_smart_turn
 from mcp_listen.speech.turns import judge
 
-ANSWERS_AT_ONCE, ANSWERS_PER_S, ASK_AFTER_MS = SMART.answers_at_once, SMART.answers_per_s, SMART.ask_after_ms
+ANSWERS_AT_ONCE, ANSWERS_PER_S, ASK_AFTER_MS = SMART.answers_saved, SMART.answers_per_s, SMART.ask_after_ms
 PAUSE_HEARD_MS, VOICE_THRESHOLD = SMART.pause_heard_ms, SMART.voice_threshold
 
 JFK = Path(__file__).resolve().parents[1] / "fixtures" / "turns" / "jfk.wav"
@@ -155,7 +155,7 @@ def test_choppy_audio_asks_the_model_at_most_its_budget_per_second_of_audio():
 def test_an_answer_over_the_budget_waits_until_the_audio_has_earned_it():
     samples = then_quiet(read(JFK))
     speech_end = len(samples) - max(PAUSE_HEARD_MS) * 16
-    voice = VoiceAtPause(VOICE_THRESHOLD, AnswerBudget(per_s=1.0, at_once=1))
+    voice = VoiceAtPause(VOICE_THRESHOLD, AnswerBudget(per_s=1.0, saved=1))
     voice.ask(speech_end, 0, lambda: samples[:speech_end], now=speech_end)
     voice.ask(speech_end, 100, lambda: pytest.fail("over the budget"), now=speech_end + 1600)
     assert voice.budget.spent == 1
