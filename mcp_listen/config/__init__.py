@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mcp_listen.config import values
 from mcp_listen.config.urls import DEFAULT_OLLAMA_HOST, normalize_ollama_host
-from mcp_listen.contract import languages, limits
+from mcp_listen.contract import end_words, languages, limits
 from mcp_listen.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ class Settings:
     defaults: limits.Defaults = limits.Defaults()
     """Defaults of the tools' optional arguments (MCP_LISTEN_WHISPER_MODEL, MCP_LISTEN_LANGUAGE,
     MCP_LISTEN_OLLAMA_MODEL, MCP_LISTEN_SYSTEM_PROMPT, MCP_LISTEN_SILENCE_MS, MCP_LISTEN_END_OF_TURN,
-    MCP_LISTEN_MAX_PAUSE_MS, MCP_LISTEN_VOICE, MCP_LISTEN_BARGE_IN, MCP_LISTEN_VOCABULARY): set once in the
-    client's config instead of in every call."""
+    MCP_LISTEN_MAX_PAUSE_MS, MCP_LISTEN_VOICE, MCP_LISTEN_BARGE_IN, MCP_LISTEN_VOCABULARY,
+    MCP_LISTEN_END_WORDS): set once in the client's config instead of in every call."""
 
     user_defaults: frozenset[str] = frozenset()
     """The `defaults` the environment set (their field names): MCP_LISTEN_VOICE set means that voice
@@ -145,6 +145,13 @@ _DEFAULTS = {
         "MCP_LISTEN_VOCABULARY",
         values.name(limits.MAX_VOCABULARY_CHARS),
         limits.ACCEPTED["vocabulary"],
+    ),
+    "end_words": (
+        "MCP_LISTEN_END_WORDS",
+        end_words.parse_setting,
+        f'words or short phrases that end the turn when said last, separated by commas ("over, send it"): at most '
+        f"{limits.MAX_END_WORDS}, each 1 to {limits.MAX_END_WORD_WORDS} words and at most "
+        f"{limits.MAX_END_WORD_CHARS} characters with a letter, no control characters",
     ),
 }
 

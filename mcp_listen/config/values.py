@@ -1,7 +1,7 @@
 """How a setting's value is written and read: plain ASCII decimals, absolute folders, URLs,
 bounded names. Each parser raises ValueError for a value it refuses; `read` turns that into a
-ConfigError that names the variable and what it accepts, never the value (it may be a secret or
-a private path)."""
+ConfigError that names the variable and what it accepts (and what is wrong, for a `Refused` that
+says it without the value), never the value (it may be a secret or a private path)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from mcp_listen.contract import limits
+from mcp_listen.contract.end_words import Refused
 from mcp_listen.errors import ConfigError
 
 T = TypeVar("T")
@@ -29,6 +30,8 @@ def read(env: Mapping[str, str], name: str, parse: Callable[[str], T], accepted:
         raise ConfigError(f"Environment variable {name} is invalid: {NOT_TEXT}; expected {accepted}.")
     try:
         return parse(raw.strip())
+    except Refused as exc:  # what is wrong, in words that never hold the value
+        raise ConfigError(f"Environment variable {name} is invalid ({exc}): expected {accepted}.") from None
     except (ValueError, TypeError):
         raise ConfigError(f"Environment variable {name} is invalid: expected {accepted}.") from None
 

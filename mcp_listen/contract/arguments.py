@@ -25,13 +25,15 @@ from pydantic import (
     ValidationError,
 )
 
-from mcp_listen.contract import languages
+from mcp_listen.contract import end_words, languages
 from mcp_listen.contract.limits import (
     ACCEPTED,
     DEVICE_KINDS,
     MAX_DEVICE_CHARS,
     MAX_DICTATION_MS,
     MAX_DURATION_MS,
+    MAX_END_WORD_CHARS,
+    MAX_END_WORDS,
     MAX_LLM_MODEL_CHARS,
     MAX_MAX_PAUSE_MS,
     MAX_PROMPT_CHARS,
@@ -117,6 +119,13 @@ LLMModelName = Annotated[
 ]
 Vocabulary = Annotated[StrictStr, Field(max_length=MAX_VOCABULARY_CHARS), _NAME]
 """Names whisper should prefer: at most max characters, no control characters; "" means none (not the default)."""
+EndWords = Annotated[
+    tuple[Annotated[StrictStr, Field(min_length=1, max_length=MAX_END_WORD_CHARS)], ...],
+    Field(max_length=MAX_END_WORDS),
+    BeforeValidator(end_words.parse_argument),
+]
+"""The words or short phrases that end the turn when said last: contract/end_words.py checks every entry first
+(its refusal names the entry's problem, never the words), so the schema's bounds only state them."""
 Language = Annotated[
     Optional[Annotated[StrictStr, Field(min_length=1, max_length=32), AfterValidator(_language)]],
     BeforeValidator(_empty_is_default),
@@ -216,6 +225,15 @@ class TranscribeArgs(ToolArgs):
         "characters. Whisper reads them as the start of its prompt, so it spells them this way when they are said. "
         '"" means none; a vocabulary given replaces the default, MCP_LISTEN_VOCABULARY (none when unset). '
         "Never logged or returned.",
+    )
+    end_words: Optional[EndWords] = Field(
+        default=None,
+        description='Words or short phrases the user says last to end their turn at once ("over", "send it", '
+        '"c\'est tout"), instead of waiting out silence_ms: up to {max_end_words}, each 1-{max_end_word_words} words '
+        'and at most {max_end_word_chars} characters. Only the last words count ("game over is a good title" '
+        "goes on); case, punctuation, accents and whisper's spelling are forgiven. The end word is taken out of "
+        "the transcription. [] means none; end_words given replace the default, MCP_LISTEN_END_WORDS (none when "
+        "unset). Works with either end_of_turn. Requires stop_on_silence: true. Never logged or returned.",
     )
 
 
@@ -332,6 +350,11 @@ def check_silence_requires_stop(args: Any, raw: dict[str, Any]) -> None:
     for name in ("silence_ms", "end_of_turn", "max_pause_ms"):
         if getattr(args, name, None) is not None and not stops:
             raise InvalidArgument(f"{name} requires stop_on_silence: true")
+    if getattr(args, "end_words", None) and not stops:  # [] (none) takes effect anywhere: it turns the default off
+        raise InvalidArgument(
+            "end_words requires stop_on_silence: true (a fixed-length recording cannot end on a word); "
+            "drop stop_on_silence: false, or pass end_words: []"
+        )
     if getattr(args, "max_pause_ms", None) is not None and getattr(args, "end_of_turn", None) == "silence":
         raise InvalidArgument('max_pause_ms requires end_of_turn: "smart" (with "silence" no pause is held)')
 
@@ -345,13 +368,17 @@ def _describe(model: type[ToolArgs], exc: ValidationError, raw: dict[str, Any]) 
     err = exc.errors()[0]
     name = str(err["loc"][0]) if err["loc"] else "arguments"
     accepted_here = getattr(model, "ACCEPTED_HERE", {}).get(name) or ACCEPTED.get(name, "a valid value")
-    shown = _length_of(raw.get(name)) if name in UNSHOWN else _show(raw.get(name))
+    if name in UNSHOWN:
+        problem = err.get("ctx", {}).get("error") if err["type"] == "value_error" else None
+        shown = str(problem) if isinstance(problem, end_words.Refused) else _length_of(raw.get(name))
+    else:
+        shown = _show(raw.get(name))
     return f"Invalid {name}: expected {accepted_here}; got {shown}."
 
 
-UNSHOWN = frozenset({"vocabulary"})
-"""Arguments whose rejected value is described, never echoed: the user's names go into no message (and so into no
-log line that carries one)."""
+UNSHOWN = frozenset({"vocabulary", "end_words"})
+"""Arguments whose rejected value is described, never echoed: the user's names and end words go into no message
+(and so into no log line that carries one)."""
 
 
 def _length_of(value: Any) -> str:
@@ -382,7 +409,7 @@ STATED_DEFAULTS = (
     "barge_in",
 )
 """The arguments whose schema states a `default`: the ones the user can set (MCP_LISTEN_*). Not `vocabulary`:
-the user's names stay out of tools/list as out of every result."""
+the user's names (and `end_words`) stay out of tools/list as out of every result."""
 
 
 def input_schema(model: type[ToolArgs], defaults: Defaults = Defaults()) -> dict[str, Any]:

@@ -73,6 +73,15 @@ tokens: lists such as "mcp-listen, pywhispercpp, Siobhan, kubectl" measured 2.0-
 tiny.en's and base's tokenizers (English prose 4.7), so 150 characters are 58-75 tokens. A script written with a
 token or more per letter (Greek, Chinese) takes more; whisper then drops the prompt's start, never its end."""
 MAX_LLM_MODEL_CHARS = 200
+MAX_END_WORDS = 10
+"""Most `end_words` (MCP_LISTEN_END_WORDS): the words or short phrases that end the user's turn when said last.
+A handful is what anyone uses ("over", "send it", "that's all"); each one more is one more way for a sentence's
+last words to end the turn by chance."""
+MAX_END_WORD_CHARS = 40
+"""Longest end word or phrase, as given: "thank you, that will be all" is 27 characters; "ありがとうございました" 11."""
+MAX_END_WORD_WORDS = 4
+"""Most words (separated by spaces) in one end phrase: a phrase is said in one breath at the end of the turn; a
+longer one is a sentence, and whisper seldom writes a sentence the same way twice."""
 MAX_DEVICE_CHARS = 512
 MAX_VOICE_CHARS = 1024
 """Longest voice argument (a Piper voice name, file name or path), as for whisper_model."""
@@ -152,6 +161,8 @@ class Defaults:
     barge_in: bool = BARGE_IN_BY_DEFAULT
     vocabulary: str = ""
     """No vocabulary unless MCP_LISTEN_VOCABULARY names one."""
+    end_words: tuple[str, ...] = ()
+    """No end words unless MCP_LISTEN_END_WORDS names some."""
 
     def words(self) -> dict[str, Any]:
         """Values for the `{name}` placeholders of descriptions (all constants, plus these); a boolean as JSON
@@ -178,6 +189,9 @@ ACCEPTED = {
     "vocabulary": f'names and terms whisper should prefer, separated by commas ("mcp-listen, pywhispercpp, Siobhan, '
     f'kubectl"): at most {MAX_VOCABULARY_CHARS} characters, no control characters; "" means none. Keep the names '
     "whisper mishears and leave out common words",
+    "end_words": f"an array of at most {MAX_END_WORDS} words or short phrases that end the turn when said last "
+    f'(["over", "send it"]), each 1 to {MAX_END_WORD_WORDS} words and at most {MAX_END_WORD_CHARS} characters with a '
+    "letter, no control characters; [] means none",
     "model": f"an Ollama model name (1 to {MAX_LLM_MODEL_CHARS} characters, no control characters; empty means "
     "the default)",
     "prompt": f"a system prompt of at most {MAX_PROMPT_CHARS} characters",
@@ -207,6 +221,9 @@ CONSTANTS = {
     "no_speech_timeout_s": NO_SPEECH_TIMEOUT_MS // 1000,
     "max_prompt_chars": MAX_PROMPT_CHARS,
     "max_vocabulary_chars": MAX_VOCABULARY_CHARS,
+    "max_end_words": MAX_END_WORDS,
+    "max_end_word_chars": MAX_END_WORD_CHARS,
+    "max_end_word_words": MAX_END_WORD_WORDS,
     "min_max_pause_ms": MIN_MAX_PAUSE_MS,
     "max_max_pause_ms": MAX_MAX_PAUSE_MS,
     "max_speak_chars": MAX_SPEAK_CHARS,

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from mcp_listen.audio.levels import level_db
 from mcp_listen.contract.arguments import CaptureArgs, TranscribeArgs
+from mcp_listen.contract.end_words import chosen as chosen_end_words
 from mcp_listen.contract.limits import (
     CAPTURE_DURATION_MS,
     DEFAULT_END_OF_TURN,
@@ -124,6 +125,9 @@ class Plan:
     """"smart": a pause after words that sound unfinished is held (speech/ending.py)."""
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     """"smart": the longest pause after the last word that holds the turn."""
+    end_words: tuple[str, ...] = field(default=(), repr=False)
+    """The words or short phrases that end the turn when said last (speech/end_words.py); the user's own, so
+    out of the repr: a plan logged never shows them."""
 
     @property
     def max_frames(self) -> int:
@@ -141,6 +145,7 @@ class Plan:
             device=args.device,
             end_of_turn=(getattr(args, "end_of_turn", None) or defaults.end_of_turn) if stop_default else "silence",
             max_pause_ms=max_pause_ms(getattr(args, "max_pause_ms", None), defaults.max_pause_ms, silence_ms),
+            end_words=chosen_end_words(args, defaults) if stop else (),
         )
 
 

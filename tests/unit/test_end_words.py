@@ -1,11 +1,24 @@
 """End words (pure, no model): `said_last` finds the user's word or short phrase as the last words of a
-transcription, forgiving whisper's spelling but not a word in mid-sentence."""
+transcription, forgiving whisper's spelling but not a word in mid-sentence; the `end_words` argument and
+MCP_LISTEN_END_WORDS are refused as hostile input before anything opens, reach the listening plan, and never
+appear in a message, a log line or tools/list."""
 
 from __future__ import annotations
 
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
 import pytest
 
+from mcp_listen.config import Settings, load_settings
+from mcp_listen.contract import limits
+from mcp_listen.contract.arguments import CaptureArgs, ConverseArgs, TranscribeArgs, VoiceQueryArgs, parse_args
+from mcp_listen.contract.results import Transcribed
+from mcp_listen.errors import InvalidArgument
 from mcp_listen.speech.end_words import FUZZY_LETTERS, SAME_WORD, EndWord, alike, fold, said_last, words_of
+from mcp_listen.speech.listener import Plan
 
 # ============================================================================ the matcher
 
@@ -109,3 +122,194 @@ def test_the_fuzzy_rule_is_for_long_words_only():
     assert not alike("oven", "over") and not alike("hover", "over") and not alike("overs", "over")
     assert alike("rogers", "roger") and alike("color", "colour") and not alike("rover", "roger")
     assert alike("over", "over") and alike("以", "以")
+
+
+# ============================================================================ the argument and the setting
+
+TOOLS = [TranscribeArgs, VoiceQueryArgs, ConverseArgs]
+SECRET = "Zanzibarquux"
+"""A word that appears nowhere else: found in a message, a log line or tools/list, it leaked."""
+
+
+def raw_for(model: type, **arguments: Any) -> dict[str, Any]:
+    return {**arguments, **({"text": "Anything else?"} if model is ConverseArgs else {})}
+
+
+@pytest.mark.parametrize("model", TOOLS)
+def test_the_argument_is_a_tuple_of_tidied_phrases_and_empty_means_none(model):
+    args = parse_args(model, raw_for(model, end_words=["over", "  send   it ", "over", "c’est tout", "以上"]))
+    assert args.end_words == ("over", "send it", "c’est tout", "以上")
+    assert parse_args(model, raw_for(model, end_words=[])).end_words == ()
+    assert parse_args(model, raw_for(model, end_words=None)).end_words is None
+    longest = ["w" * limits.MAX_END_WORD_CHARS] + [f"word{i}" for i in range(limits.MAX_END_WORDS - 1)]
+    assert len(parse_args(model, raw_for(model, end_words=longest)).end_words) == limits.MAX_END_WORDS
+    four = " ".join(["a"] * limits.MAX_END_WORD_WORDS)
+    assert parse_args(model, raw_for(model, end_words=[four])).end_words == (four,)
+
+
+HOSTILE = [
+    ([f"{SECRET}\x1b[2J"], "a control character in entry 1"),
+    (["over", f"{SECRET}\r\nrm -rf"], "a control character in entry 2"),
+    (["over", f"{SECRET}\u0085"], "a control character in entry 2"),  # C1 NEL
+    ([f"{SECRET}\ud800"], "a lone surrogate (not valid Unicode) in entry 1"),
+    (["over", ""], "an empty entry 2"),
+    (["   "], "an empty entry 1"),
+    ([SECRET * 4], f"{len(SECRET) * 4} characters in entry 1"),
+    ([SECRET * 100_000], f"{len(SECRET) * 100_000} characters in entry 1"),
+    ([f"{SECRET} a b c d"], "5 words in entry 1"),
+    ([SECRET] * 11, "11 entries"),
+    ([SECRET] * 100_000, "100000 entries"),
+    (["42"], "no letter in entry 1"),
+    (["...", "over"], "no letter in entry 1"),
+    (["👍"], "no letter in entry 1"),
+    ([7], "an integer as entry 1, not a string"),
+    (["over", None], "a null as entry 2, not a string"),
+    (["over", [SECRET]], "a list as entry 2, not a string"),
+    (f"over, {SECRET}", "a string of 18 characters (pass an array of strings"),
+    ({SECRET: 1}, "an object"),
+    (True, "a boolean"),
+]
+
+
+@pytest.mark.parametrize("model", TOOLS)
+@pytest.mark.parametrize("value,problem", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_end_words_are_refused_naming_the_argument_the_range_and_the_problem_never_the_words(
+    model, value, problem
+):
+    with pytest.raises(InvalidArgument) as caught:
+        parse_args(model, raw_for(model, end_words=value))
+    message = str(caught.value)
+    assert message.startswith("Invalid end_words: expected an array of at most 10 words or short phrases"), message
+    assert f"each 1 to {limits.MAX_END_WORD_WORDS} words and at most {limits.MAX_END_WORD_CHARS} characters" in message
+    assert f"got {problem}" in message, message
+    assert SECRET not in message and SECRET.lower() not in message.lower(), "the words are never echoed"
+    assert len(message) < 400, "a huge value makes no huge message"
+
+
+@pytest.mark.parametrize("model", TOOLS)
+def test_end_words_need_a_recording_that_stops_on_silence_and_take_either_end_of_turn(model):
+    with pytest.raises(InvalidArgument, match=r"end_words requires stop_on_silence: true .*end_words: \[\]"):
+        parse_args(model, raw_for(model, end_words=["over"], stop_on_silence=False))
+    assert parse_args(model, raw_for(model, end_words=[], stop_on_silence=False)).end_words == ()
+    for mode in limits.END_OF_TURN_MODES:
+        assert parse_args(model, raw_for(model, end_words=["over"], end_of_turn=mode)).end_words == ("over",)
+
+
+def test_capture_audio_takes_no_end_words():
+    with pytest.raises(InvalidArgument, match="Unknown argument 'end_words'"):
+        parse_args(CaptureArgs, {"end_words": ["over"], "stop_on_silence": True})
+
+
+def test_the_schema_states_the_bounds_and_no_default():
+    from mcp_listen.contract.arguments import input_schema
+
+    mine = limits.Defaults(end_words=(SECRET,))
+    for model in TOOLS:
+        schema = input_schema(model, mine)
+        prop = schema["properties"]["end_words"]
+        array = prop["anyOf"][0]
+        assert array["type"] == "array" and array["maxItems"] == limits.MAX_END_WORDS
+        assert array["items"] == {"type": "string", "minLength": 1, "maxLength": limits.MAX_END_WORD_CHARS}
+        assert "default" not in prop
+        assert "up to 10, each 1-4 words and at most 40 characters" in prop["description"]
+        assert SECRET not in str(schema), "the user's end words are not stated in tools/list"
+
+
+def test_mcp_listen_end_words_is_the_default_as_a_comma_separated_list():
+    assert load_settings({}).defaults.end_words == ()
+    assert load_settings({"MCP_LISTEN_END_WORDS": "over, send it"}).defaults.end_words == ("over", "send it")
+    assert load_settings({"MCP_LISTEN_END_WORDS": " over ,  send  it, "}).defaults.end_words == ("over", "send it")
+    assert load_settings({"MCP_LISTEN_END_WORDS": "c’est tout,以上"}).defaults.end_words == ("c’est tout", "以上")
+    assert load_settings({"MCP_LISTEN_END_WORDS": "  "}).defaults.end_words == ()
+    settings = load_settings({"MCP_LISTEN_END_WORDS": "over"})
+    assert settings.problems == () and "end_words" in settings.user_defaults
+
+
+@pytest.mark.parametrize(
+    "raw,problem",
+    [
+        (f"over,,{SECRET}", "an empty entry 2"),
+        (f"{SECRET},", None),  # a trailing comma is allowed
+        (",".join([SECRET] * 11), "11 entries"),
+        (SECRET * 4, f"{len(SECRET) * 4} characters in entry 1"),
+        (f"{SECRET} a b c d", "5 words in entry 1"),
+        (f"over, {SECRET}\x07", "a control character in entry 2"),
+        ("over, 42", "no letter in entry 2"),
+    ],
+)
+def test_a_bad_mcp_listen_end_words_is_named_with_its_problem_never_its_words(raw, problem):
+    settings = load_settings({"MCP_LISTEN_END_WORDS": raw})
+    if problem is None:
+        assert settings.problems == () and settings.defaults.end_words == (SECRET,)
+        return
+    assert settings.defaults.end_words == (), "a bad value keeps the default: none"
+    assert len(settings.problems) == 1, settings.problems
+    said = settings.problems[0]
+    assert said.startswith(f"Environment variable MCP_LISTEN_END_WORDS is invalid ({problem}): expected words or")
+    assert "separated by commas" in said and f"at most {limits.MAX_END_WORDS}" in said
+    assert SECRET not in said
+
+
+@pytest.mark.parametrize("model", TOOLS)
+def test_the_plan_takes_the_argument_over_the_default_and_keeps_them_out_of_its_repr(model):
+    defaults = limits.Defaults(end_words=(SECRET, "over"))
+    plan = Plan.from_args(parse_args(model, raw_for(model)), defaults, stop_default=True)
+    assert plan.end_words == (SECRET, "over")
+    plan = Plan.from_args(parse_args(model, raw_for(model, end_words=["send it"])), defaults, stop_default=True)
+    assert plan.end_words == ("send it",)
+    plan = Plan.from_args(parse_args(model, raw_for(model, end_words=[])), defaults, stop_default=True)
+    assert plan.end_words == ()
+    plan = Plan.from_args(parse_args(model, raw_for(model, stop_on_silence=False)), defaults, stop_default=True)
+    assert plan.end_words == (), "a fixed-length recording ends on no word, the default's included"
+    plan = Plan.from_args(parse_args(model, raw_for(model, end_of_turn="smart")), defaults, stop_default=True)
+    assert plan.end_words == (SECRET, "over") and plan.end_of_turn == "smart"
+    assert SECRET not in repr(plan) and SECRET not in str(plan)
+
+
+def test_capture_audio_s_plan_listens_for_no_end_word_whatever_the_default():
+    defaults = limits.Defaults(end_words=("over",))
+    args = parse_args(CaptureArgs, {"stop_on_silence": True})
+    assert Plan.from_args(args, defaults, stop_default=False).end_words == ()
+
+
+# ============================================================================ never in a log line
+
+
+@dataclass
+class FakeEngine:
+    """The adapter's engine: records each transcribe_voice it is asked, answers with the same words."""
+
+    settings: Settings
+    shutdown: threading.Event = field(default_factory=threading.Event)
+    asked: list[Any] = field(default_factory=list)
+
+    def transcribe_voice(self, args: Any, *, stop: Any = None, progress: Any = None) -> Transcribed:
+        self.asked.append(args)
+        return Transcribed("Fix the bug.", 2400, "en", True, "silence")
+
+
+@pytest.mark.anyio
+async def test_the_words_appear_in_no_log_line_no_message_and_not_in_tools_list(caplog):
+    """The real adapter at DEBUG, a fake engine: the words of the argument and of MCP_LISTEN_END_WORDS (good
+    and refused) reach the engine's arguments, and no log record, error message or tools/list."""
+    from mcp import Client
+
+    from mcp_listen.server.app import build_server
+
+    caplog.set_level(logging.DEBUG)
+    bad = load_settings({"MCP_LISTEN_END_WORDS": f"{SECRET}x, {SECRET}\x1b"})
+    assert bad.problems and SECRET not in bad.problems[0]
+    engine = FakeEngine(load_settings({"MCP_LISTEN_END_WORDS": f"{SECRET}, over", "MCP_LISTEN_LOG_LEVEL": "DEBUG"}))
+    async with Client(build_server(engine)) as client:
+        listed = await client.list_tools()
+        good = await client.call_tool("transcribe_voice", {"end_words": [f"{SECRET} now", "send it"]})
+        refused = await client.call_tool("transcribe_voice", {"end_words": [f"{SECRET}\r\n"] * 3})
+        refused_too = await client.call_tool("voice_query", {"end_words": [SECRET] * 11})
+    assert not good.is_error and refused.is_error and refused_too.is_error
+    assert [args.end_words for args in engine.asked] == [(f"{SECRET} now", "send it")], "only the good call ran"
+    said = " ".join(block.text for result in (good, refused, refused_too) for block in result.content)
+    assert "Invalid end_words" in said and SECRET not in said
+    assert SECRET not in str([tool.model_dump() for tool in listed.tools])
+    logged = "\n".join(f"{r.name} {r.getMessage()} {r.args} {r.exc_text or ''}" for r in caplog.records)
+    assert caplog.records, "the adapter must have logged at DEBUG, or this test proves nothing"
+    assert SECRET.lower() not in logged.lower(), "an end word reached a log line"
