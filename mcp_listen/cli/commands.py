@@ -29,7 +29,7 @@ from mcp_listen.whisper.names import SUGGESTED_MODEL
 
 RECORDING_FIELDS = ("duration_ms", "device", "stop_on_silence", "silence_ms")
 WHISPER_FIELDS = ("whisper_model", "language", "translate", "vocabulary")
-TURN_FIELDS = ("end_of_turn", "max_pause_ms")
+TURN_FIELDS = ("end_of_turn", "max_pause_ms", "end_words")
 
 
 def tool_args(opts: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mcp_listen import package_version
-from mcp_listen.contract import limits
+from mcp_listen.contract import end_words, limits
 from mcp_listen.errors import EXIT_INTERRUPTED, EXIT_USAGE, ListenError
 
 log = logging.getLogger("mcp_listen")
@@ -180,6 +180,13 @@ def _recording_options(p: argparse.ArgumentParser, *, stop_default: bool, dictat
         )
         held = f"smart: the longest pause held after the last word, {limits.MIN_MAX_PAUSE_MS}-{limits.MAX_MAX_PAUSE_MS}"
         p.add_argument("--max-pause-ms", type=int, help=f"{held} (default {limits.DEFAULT_MAX_PAUSE_MS})")
+        p.add_argument(
+            "--end-words",
+            type=end_words.split,
+            metavar="WORDS",
+            help=f'words or short phrases that end the turn when said last, comma-separated ("over, send it"; at most '
+            f'{limits.MAX_END_WORDS}; default MCP_LISTEN_END_WORDS; "" for none)',
+        )
     else:
         p.add_argument("--stop-on-silence", action="store_true", default=None)
     silence = f"silence that ends the recording, {limits.MIN_SILENCE_MS}-{limits.MAX_SILENCE_MS}"

@@ -313,3 +313,35 @@ async def test_the_words_appear_in_no_log_line_no_message_and_not_in_tools_list(
     logged = "\n".join(f"{r.name} {r.getMessage()} {r.args} {r.exc_text or ''}" for r in caplog.records)
     assert caplog.records, "the adapter must have logged at DEBUG, or this test proves nothing"
     assert SECRET.lower() not in logged.lower(), "an end word reached a log line"
+
+
+# ============================================================================ the CLI
+
+
+@pytest.mark.parametrize("argv", [["listen"], ["query"], ["converse", "Anything else?"]], ids=lambda a: a[0])
+def test_the_cli_s_listening_commands_take_end_words_as_the_tool_does(argv):
+    from mcp_listen.cli import commands
+    from mcp_listen.cli.main import build_parser
+
+    def end_words(value: str) -> Any:
+        opts = build_parser().parse_args([*argv, "--end-words", value])
+        return parse_args(TranscribeArgs, commands.tool_args(opts, commands.TURN_FIELDS)).end_words
+
+    assert end_words("over, send  it,") == ("over", "send it")
+    assert end_words("") == ()
+    with pytest.raises(InvalidArgument, match=r"Invalid end_words: .*got an empty entry 2\.") as caught:
+        end_words(f"over,,{SECRET}")
+    assert SECRET not in str(caught.value)
+    opts = build_parser().parse_args([*argv, "--end-words", "over", "--no-stop-on-silence"])
+    fields = (*commands.RECORDING_FIELDS, *commands.TURN_FIELDS)
+    with pytest.raises(InvalidArgument, match="end_words requires stop_on_silence: true"):
+        parse_args(TranscribeArgs, commands.tool_args(opts, fields))
+
+
+@pytest.mark.parametrize("argv", [["transcribe", "in.wav"], ["capture"]], ids=lambda a: a[0])
+def test_a_file_or_a_capture_takes_no_end_words(argv, capsys):
+    from mcp_listen.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args([*argv, "--end-words", "over"])
+    assert stopped.value.code == 64 and "--end-words" in capsys.readouterr().err
