@@ -133,6 +133,13 @@ def piper_voice() -> Path:
     return _made_asset("voice", ASSETS / "voices") / "en_US-joe-medium.onnx"
 
 
+@pytest.fixture(scope="session")
+def end_word_wav(piper_voice: Path) -> Path:
+    """The Piper test voice saying "Please read me the weather report.", 300 ms of silence, "Over.", then 1.5 s
+    of silence (16 kHz mono 16-bit): a user ending the turn with an end word (tools/end_word_clip.py; `slow`)."""
+    return _made_asset("end-word", ASSETS / "end_word_over.wav")
+
+
 @pytest.fixture
 def speak_env(vmic: VirtualMic, tmp_path: Path, piper_voice: Path) -> dict[str, str]:
     """A server's environment with the test voice as the default voice (speaker_rig.py: the rig)."""
@@ -148,7 +155,7 @@ def speak_env(vmic: VirtualMic, tmp_path: Path, piper_voice: Path) -> dict[str, 
 NEEDS = {
     "mic": {"vmic"},  # the private PulseAudio virtual microphone (system packages)
     # assets built from registry downloads on first use
-    "slow": {"model_path", "base_model_path", "jfk_wav", "piper_voice"},
+    "slow": {"model_path", "base_model_path", "jfk_wav", "piper_voice", "end_word_wav"},
 }
 
 

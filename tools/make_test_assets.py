@@ -5,7 +5,8 @@
     python tools/make_test_assets.py base-model OUT.bin  # real multilingual whisper base, GGML (148 MB)
     python tools/make_test_assets.py speech OUT.wav      # JFK's 11 s of real speech, 16 kHz mono
     python tools/make_test_assets.py voice DIR           # the Piper voice en_US-joe-medium (63 MB) into DIR
-    python tools/make_test_assets.py all [DIR]           # all four into DIR (default tests/assets/; the voice in DIR/voices/)
+    python tools/make_test_assets.py end-word OUT.wav    # that voice says a sentence, then "Over." (16 kHz mono)
+    python tools/make_test_assets.py all [DIR]           # all five into DIR (default tests/assets/; the voice in DIR/voices/)
 
 Each prints the path it wrote and returns at once when the file is already the expected one.
 
@@ -25,6 +26,7 @@ package registries but not the model hubs, so ``ggml-tiny.en.bin`` cannot be dow
   The .onnx and .onnx.json have the md5 and size that the piper-voices repository's voices.json
   lists for en/en_US/joe/medium (its MODEL_CARD has 280 bytes there, 281 upstream: a final newline).
   The three files are extracted as they are, each sha256-checked.
+- **end-word**: that voice ends a turn with "Over." (tools/end_word_clip.py: its recipe, why it is not pinned).
 
 Needs python3 with numpy and pip (the project's test environment has both). Up to ~1 GB of
 memory for the model, a few seconds; the sdist download prepares its metadata (~1 min, once).
@@ -33,6 +35,7 @@ memory for the model, a few seconds; the sdist download prepares its metadata (~
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import struct
 import subprocess
@@ -408,17 +411,29 @@ def make_voice(folder: Path) -> Path:
     return folder / f"{VOICE_NAME}.onnx"
 
 
+def make_end_word(out: Path) -> Path:
+    """The test voice (made first, in OUT's folder's voices/) ending its turn with "Over.": end_word_clip.py."""
+    spec = importlib.util.spec_from_file_location("end_word_clip", Path(__file__).with_name("end_word_clip.py"))
+    clip = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(clip)
+    try:
+        return clip.make(out, onnx := make_voice(out.parent / VOICES_DIR), sha256_of(onnx))
+    except clip.ClipError as exc:
+        raise AssetError(str(exc)) from None
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 
 def main(argv: list[str]) -> int:
     makers = {"model": make_model, "base-model": lambda out: make_model(out, "base"), "speech": make_speech,
-              "voice": make_voice}  # fmt: skip
+              "voice": make_voice, "end-word": make_end_word}  # fmt: skip
     if len(argv) == 2 and argv[0] in makers:
         paths = [makers[argv[0]](Path(argv[1]).resolve())]
     elif argv[:1] == ["all"] and len(argv) <= 2:
         folder = Path(argv[1]).resolve() if len(argv) == 2 else ASSETS
-        names = {"model": MODEL_NAME, "base-model": BASE_MODEL_NAME, "speech": SPEECH_NAME, "voice": VOICES_DIR}
+        names = {"model": MODEL_NAME, "base-model": BASE_MODEL_NAME, "speech": SPEECH_NAME, "voice": VOICES_DIR,
+                 "end-word": "end_word_over.wav"}  # fmt: skip
         paths = [makers[kind](folder / name) for kind, name in names.items()]
     else:
         print(__doc__, file=sys.stderr)

@@ -278,6 +278,40 @@ def test_the_made_assets_are_the_pinned_files(model_path, jfk_wav):
         assert 10.5 < wav.getnframes() / 16000 < 11.5
 
 
+def test_the_end_word_clip_is_a_sentence_a_pause_and_over_and_is_built_once(end_word_wav, tmp_path):
+    """The test voice's "Please read me the weather report." (about 1.5 s), 300 ms of silence, "Over." (a third of
+    a second), 1.5 s of silence; a second run keeps the file, a stamp that does not match builds the same bytes."""
+    import json
+    import wave
+
+    import numpy as np
+
+    with wave.open(str(end_word_wav)) as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (16000, 1, 2)
+        samples = np.frombuffer(wav.readframes(wav.getnframes()), np.int16)
+    frames = samples[: len(samples) // 160 * 160].astype(np.float64).reshape(-1, 160) / 32768
+    loud = 10 * np.log10(np.mean(frames**2, axis=1) + 1e-20) > -50  # 10 ms frames
+    edges = np.flatnonzero(np.diff(loud.astype(int))) + 1  # where a loud stretch starts or ends
+    stretches = [(a * 10, b * 10) for a, b in zip([0, *edges][::2], [*edges, len(loud)][::2])]
+    long_gaps = [(end, start) for (_, end), (start, _) in zip(stretches, stretches[1:]) if start - end >= 250]
+    assert len(long_gaps) == 1 and long_gaps[0][1] - long_gaps[0][0] in range(290, 320), stretches
+    sentence_ms, over_ms = long_gaps[0][0], stretches[-1][1] - long_gaps[0][1]
+    assert 1000 < sentence_ms < 2500 and 150 < over_ms < 700, stretches
+    assert len(samples) - stretches[-1][1] * 16 >= 1490 * 16 and not samples[-1490 * 16 :].any()
+    stamp = end_word_wav.with_suffix(".json")
+    assert json.loads(stamp.read_text())["sha256"] == assets_tool.sha256_of(end_word_wav)
+    built = end_word_wav.stat().st_mtime_ns
+    tool = [sys.executable, str(TOOLS / "make_test_assets.py"), "end-word"]
+    subprocess.run([*tool, str(end_word_wav)], check=True, capture_output=True, timeout=300)
+    assert end_word_wav.stat().st_mtime_ns == built, "a clip that matches its stamp is kept"
+    copy = tmp_path / "end_word_over.wav"
+    (tmp_path / "voices").symlink_to(end_word_wav.parent / "voices")
+    copy.write_bytes(b"not the clip")
+    copy.with_suffix(".json").write_text(stamp.read_text())
+    subprocess.run([*tool, str(copy)], check=True, capture_output=True, timeout=300)
+    assert copy.read_bytes() == end_word_wav.read_bytes(), "seeded: a rebuild here gives the same bytes"
+
+
 # ------------------------------------------------------------------------------------ markers
 
 
