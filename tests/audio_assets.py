@@ -129,6 +129,23 @@ def speech(text: str, *, path: str | Path | None = None, voice: str = "en-us") -
         return _publish(out, target)
 
 
+def voiced(text: str, voice: Path) -> Path:
+    """A sentence in a real recorded voice (a Piper voice model, `voice` its .onnx), 16 kHz mono int16, cached by
+    text and voice: for what espeak's robot voice does not carry, such as the fall of a finished sentence that
+    an end-of-turn model hears."""
+
+    def make():
+        import numpy as np
+        import soxr
+        from piper import PiperVoice
+
+        model = PiperVoice.load(str(voice))
+        audio = np.concatenate([chunk.audio_int16_array for chunk in model.synthesize(text)])
+        return soxr.resample(audio, model.config.sample_rate, RATE).astype(np.int16)
+
+    return _cached_samples("voiced", (text, voice.name), make)
+
+
 def tone(freq: float, ms: int, amplitude: float = 0.5) -> Path:
     """A sine tone; ``amplitude`` is a fraction of full scale (0..1]. 5 ms fades at both
     ends avoid clicks, which would look like broadband noise to a VAD."""

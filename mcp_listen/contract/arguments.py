@@ -193,10 +193,11 @@ class TranscribeArgs(ToolArgs):
     silence_ms: Optional[SilenceMs] = _SILENCE
     end_of_turn: Optional[Literal["silence", "smart"]] = Field(
         default=None,
-        description='When the user\'s turn ends: "silence" after silence_ms of silence; "smart" waits longer '
-        "(up to max_pause_ms after the last word) while the words so far sound unfinished (no final "
-        'punctuation, or a trailing "and", "the", "um"...), so a thinking pause does not cut the user off. '
-        "The result's end_reason says which rule ended it. Default {end_of_turn}. Requires stop_on_silence: true.",
+        description='When the user\'s turn ends: "smart" waits longer (up to max_pause_ms after the last word) '
+        'while the words or the voice sound unfinished (a trailing "and", "the", "um"...), so a thinking pause '
+        "does not cut the user off, and ends a turn both call finished at once, without waiting out silence_ms; "
+        '"silence" ends every turn after silence_ms of silence. The result\'s end_reason says what ended it. '
+        "Default {end_of_turn}. Requires stop_on_silence: true.",
     )
     max_pause_ms: Optional[MaxPauseMs] = Field(
         default=None,

@@ -47,14 +47,15 @@ MIN_MAX_PAUSE_MS, MAX_MAX_PAUSE_MS = MIN_SILENCE_MS, 30000
 DEFAULT_MAX_PAUSE_MS = 3000
 """With end_of_turn "smart", the longest pause after the last word that holds the turn while the words
 sound unfinished: then it ends (end_reason max_pause). Never less than silence_ms (the larger one holds)."""
-END_REASONS = ("silence", "words", "voice", "words+voice", "max_pause", "duration", "cancelled")
+END_REASONS = ("silence", "words", "voice", "words+voice", "end_word", "max_pause", "duration", "cancelled")
 """Why a turn ended: silence_ms of silence (end_of_turn silence, or smart with nothing to judge the
 words by); smart judged the words finished, by the signal that decided (the words, the voice, both:
-speech/turns.py), or held until max_pause_ms ran out; duration_ms; the caller cancelled."""
+speech/turns.py); the user said one of their end_words last; smart held until max_pause_ms ran out;
+duration_ms; the caller cancelled."""
 END_SIGNALS = ("words", "voice", "words+voice", "silence", "unjudged")
-"""end_of_turn "smart": the signal that decided, beside end_reason (complete, max_pause, silence): the
-trailing word, the voice (Smart Turn), both; silence when none covers the language; unjudged when the
-pause was held to max_pause_ms before the words or the voice were in."""
+"""end_of_turn "smart": what the signals said, beside end_reason (a finished turn's signal, max_pause,
+silence): the trailing word, the voice (Smart Turn), both; silence when none covers the language;
+unjudged when the pause was held to max_pause_ms before the words or the voice were in."""
 INTERRUPTED_BY = ("user", "stop_speaking", "cancel")
 """Who cut a speech short (`interrupted: true`): the user talking over it (barge-in), stop_speaking, or a
 cancel (the call's, or the server shutting down)."""

@@ -377,7 +377,7 @@ def wire(result: Devices | Captured | Transcribed | Answered | Status | Spoken |
     if isinstance(result, Answered):
         question = result.question
         warning = {**_end_reason(question.end_reason, question.end_signal), **_warning(question.warning)}
-        if question.text is None:
+        if not question.text:  # no words; or only an end word, nothing to ask
             return VoiceQueryResult(transcription=None, response=None, **_silence(question), **warning).public()
         answer: dict[str, Any] = dict(transcription=question.text, response=result.response, model=result.model)
         return VoiceQueryResult(**answer, **warning).public()

@@ -64,6 +64,8 @@ from mcp_listen.engine.parts import (
 )
 from mcp_listen.engine.speaking import SpeechOutput, check_sayable, linked
 from mcp_listen.errors import Cancelled, LLMError
+from mcp_listen.speech.end_words import without_end_word
+from mcp_listen.speech.ending import END_WORD
 from mcp_listen.speech.listener import Heard, Listener, Meter, Plan, Progress, VoiceDetector
 from mcp_listen.speech.phrases import PhraseWorker
 
@@ -302,6 +304,8 @@ class Engine:
                 text = usable_text(worker.finish(heard.remaining_speech(), heard.remaining_key()))
             finally:
                 memory.release_in_background()  # whisper's peak is behind us
+            if heard.end_reason == END_WORD and text is not None:
+                text = without_end_word(text, plan.end_words)
         stopped_by = heard.recording.stopped_by if plan.stop_on_silence else None
         speech = bool(heard.speech_detected)
         language = worker.language
@@ -329,7 +333,7 @@ class Engine:
         model = args.model or self.settings.defaults.model
         preflight = lambda: self.llm.preflight(model)  # noqa: E731
         heard = self.hear_words(args, "voice_query", stop=stop, progress=progress, before_recording=preflight)
-        if heard.text is None:
+        if not heard.text:  # nobody spoke, or only an end word: nothing to ask
             return Answered(heard, model, None)
         if progress:
             progress(heard.duration_ms, None, f"Asking {model}")

@@ -162,9 +162,10 @@ TOOLS = [
             "speak, then call this: it records until they "
             "stop talking (or exactly duration_ms with stop_on_silence: false) and returns `transcription`. "
             "If `transcription` is null, `speech_detected` says why: false = nobody spoke, true = speech too "
-            "unclear to transcribe; ask the user to repeat. `end_reason` says how the turn ended: silence, complete "
-            "(the words were finished), max_pause (end_of_turn smart held the pause, the words or the voice sounding "
-            "unfinished, until max_pause_ms) or duration. Names whisper may mishear (project and library names, "
+            "unclear to transcribe; ask the user to repeat. `end_reason` says how the turn ended: the signal that "
+            "judged it finished (words+voice, voice, words), end_word (the user said one of end_words last), silence, "
+            "max_pause (end_of_turn smart held the pause, the words or the voice sounding unfinished, until "
+            "max_pause_ms) or duration. Names whisper may mishear (project and library names, "
             "identifiers, people's names) go in `vocabulary`, which voice_query and converse take too. "
             "No audio file is kept."
         ),

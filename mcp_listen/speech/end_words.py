@@ -81,6 +81,13 @@ def said_last(text: str, end_words: tuple[str, ...]) -> EndWord | None:
     return EndWord(phrase, _without(text, heard[-covered].start, heard[-1].end))
 
 
+def without_end_word(text: str, end_words: tuple[str, ...]) -> str:
+    """`text` with the end word it ends on taken out ("" when that was all), else `text` as it is: the final
+    transcription can differ from the guess the end word was heard in."""
+    found = said_last(text, end_words)
+    return text if found is None else found.text
+
+
 def words_of(text: str) -> list[Word]:
     """The words of `text` in order: runs of letters and digits with their marks, a letter of a script written
     without spaces a word of its own; everything else (spaces, punctuation, apostrophes, hyphens) divides them."""

@@ -22,6 +22,9 @@ from mcp_listen.errors import InvalidArgument
 
 FINISHED_BY = ("words", "voice", "words+voice")
 """A smart verdict's signals that end a finished turn, each also its end_reason."""
+END_WORD = "end_word"
+"""The verdict's `by`, and the end_reason, when the user said one of their end words last: in either mode, the
+turn ends at once."""
 NO_SIGNAL = "silence"
 """A verdict's `by` when no signal covers the language: smart then ends the turn as silence does."""
 UNJUDGED = "unjudged"
@@ -118,7 +121,7 @@ class TurnEnding:
         self.verdict = verdict
         if self.holds:
             return self.max_pause_ms
-        return self.at_once_ms if self.smart and verdict is not None and verdict.at_once else self.silence_ms
+        return self.at_once_ms if self.at_once else self.silence_ms
 
     @property
     def holds(self) -> bool:
@@ -140,6 +143,8 @@ class TurnEnding:
         if stopped_by != "silence":
             return None
         verdict = self.verdict
+        if verdict is not None and verdict.by == END_WORD:
+            return END_WORD
         if not self.smart or (verdict is not None and verdict.by == NO_SIGNAL):
             return "silence"
         if self.holds or verdict is None:
@@ -148,15 +153,19 @@ class TurnEnding:
 
     @property
     def at_once(self) -> bool:
-        """smart ended (or would end) the pause in progress at once, the words and the voice agreeing."""
-        return self.smart and self.verdict is not None and self.verdict.at_once and not self.holds
+        """The pause in progress ends (or would end) at once: an end word in either mode, or (smart) the words
+        and the voice agreeing surely."""
+        verdict = self.verdict
+        if verdict is None or not verdict.at_once:
+            return False
+        return verdict.by == END_WORD or (self.smart and not self.holds)
 
     def signal(self, stopped_by: str | None) -> str | None:
         """The result's end_signal under "smart": the signal behind end_reason ("words", "voice",
         "words+voice"; NO_SIGNAL when none covers the language; UNJUDGED when the pause was held to
         max_pause_ms before they were in), which says what held a "max_pause". None otherwise."""
         if not self.smart or self.reason(stopped_by) not in (*FINISHED_BY, "max_pause", "silence"):
-            return None
+            return None  # end_word, duration: end_reason says it all
         return UNJUDGED if self.verdict is None else self.verdict.by
 
     def describe(self, stopped_by: str | None) -> str:
@@ -164,6 +173,8 @@ class TurnEnding:
         then (smart) the end_reason, and the signal that held a max_pause: "silence; words+voice at once",
         "silence; max_pause by words"."""
         reason = self.reason(stopped_by)
+        if reason == END_WORD:
+            return f"{stopped_by}; {END_WORD}"
         if not self.smart or reason not in (*FINISHED_BY, "max_pause"):
             return str(stopped_by)
         if reason == "max_pause":

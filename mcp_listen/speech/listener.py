@@ -271,7 +271,7 @@ class Listener:
             self.endpointer = endpointer if endpointer is not None else Endpointer(endpoint_config(plan))
             self.speech_detected = False
         ending = TurnEnding(plan.end_of_turn, endpoint_config(plan).silence_ms, plan.max_pause_ms)
-        self.pause = PauseJudge(ending, voice, end_of_turn)
+        self.pause = PauseJudge(ending, voice, end_of_turn, plan.end_words)
         self._target_ms: float = ending.silence_ms
         """The pause that ends the turn, as last fed to the endpointer."""
 
@@ -302,8 +302,10 @@ class Listener:
         return reason
 
     def _turn_silence_ms(self) -> float:
-        """The pause that ends the turn now: silence_ms, or ("smart") up to max_pause_ms until turns.judge says."""
-        if not self.pause.ending.smart or self.phrases is None or self.speech_end_frame is None:
+        """The pause that ends the turn now: silence_ms; at once after an end word; ("smart") at once, or up to
+        max_pause_ms, as turns.judge says."""
+        judged = self.pause.ending.smart or self.plan.end_words
+        if not judged or self.phrases is None or self.speech_end_frame is None:
             return self.pause.ending.silence_ms  # a fixed length's is the endpointer's own: it never stops on silence
         words = self._words_at_pause(self.phrases, self.speech_end_frame)
         return self.pause.target_ms(words, self.phrases.language, self.speech_end_frame)

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from mcp_listen.contract.limits import HOLDING_MESSAGE, RESUMED_MESSAGE, SAMPLE_RATE
-from mcp_listen.speech.ending import SMART, EndOfTurnConfig, TurnEnd, TurnEnding
+from mcp_listen.speech.end_words import said_last
+from mcp_listen.speech.ending import END_WORD, SMART, EndOfTurnConfig, TurnEnd, TurnEnding, Verdict
 from mcp_listen.speech.smart_turn import HEARD_SAMPLES, VoiceAtPause
 from mcp_listen.speech.turns import judge, words_say
+from mcp_listen.whisper.text import usable_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,9 +36,17 @@ class Voice(Protocol):
 class PauseJudge:
     """One recording's pauses and how its turn ended."""
 
-    def __init__(self, ending: TurnEnding, voice: Voice | None = None, config: EndOfTurnConfig = SMART) -> None:
+    def __init__(
+        self,
+        ending: TurnEnding,
+        voice: Voice | None = None,
+        config: EndOfTurnConfig = SMART,
+        end_words: tuple[str, ...] = (),
+    ) -> None:
         self.ending = ending
         self.config = config
+        self.end_words = end_words
+        """The user's words that end the turn when said last (never logged)."""
         if voice is None and ending.smart:
             voice = VoiceAtPause(config.voice_threshold, config=config)
         self.voice = voice
@@ -49,7 +59,13 @@ class PauseJudge:
 
     def target_ms(self, words: str | None, language: str, speech_end: int) -> int:
         """The pause that ends the turn now, after the words `words` (None: whisper's guess is not in) ended
-        at sample `speech_end`: silence_ms, or up to max_pause_ms until the words and the voice say."""
+        at sample `speech_end`: at once when they end on one of the user's end words (either mode); smart:
+        silence_ms, at once, or up to max_pause_ms until the words and the voice say."""
+        if words is not None and self.end_words and said_last(usable_text(words) or "", self.end_words):
+            self._words, self._voice, self._pause = END_WORD, None, speech_end
+            return self.ending.silence_for(Verdict(True, END_WORD, at_once=True))
+        if not self.ending.smart:
+            return self.ending.silence_for(None)
         config = self.config
         voice_in, voice = self.voice.answer(speech_end) if self.voice else (True, None)
         early = self.voice.early(speech_end, config.at_once_answers) if self.voice else None

@@ -56,7 +56,7 @@ def test_the_answer_is_heard_and_the_agent_never_hears_itself(speak_env, vmic, m
     assert heard_lighthouse(data["transcription"]), data
     assert _agent_words_in(data["transcription"]) == [], data
     assert (data["stopped_by"], data["language"]) == ("silence", "en"), data
-    assert data["end_reason"] in ("silence", "complete"), data  # complete once end_of_turn smart is the default
+    assert data["end_reason"] in ("words+voice", "words", "voice", "max_pause"), data  # smart by default
     spoken = data["spoken"]
     barge_in = {"played_ms"} if BARGE_IN_BY_DEFAULT else set()  # with barge-in on: how much the user heard
     assert set(spoken) == {"voice", "duration_ms", "first_audio_ms", "interrupted"} | barge_in, spoken

@@ -40,7 +40,9 @@ async def test_normal_outcome(env, vmic, ollama, model_path, rec_dir):
     data = result.structured_content
     assert json.loads(result.content[0].text) == data
     assert set(data) == {"transcription", "response", "model", "end_reason"}  # end_reason: the one addition
-    assert data["end_reason"] in ("silence", "complete")  # complete once end_of_turn smart is the default
+    assert data["end_reason"] in ("words+voice", "words", "voice", "max_pause"), (
+        data
+    )  # smart by default: a signal decided
     assert wer(QUESTION, data["transcription"]) <= 0.35, data["transcription"]
     assert data["response"] == "The capital of France is Paris."
     assert data["model"] == "llama3.2"
@@ -76,7 +78,9 @@ async def test_speech_without_words_never_reaches_ollama(env, vmic, ollama, mode
     assert set(data) == {"transcription", "response", "speech_detected", "stopped_by", "end_reason", "message"}
     assert data["transcription"] is None and data["response"] is None
     assert data["speech_detected"] is True and data["stopped_by"] == "silence"
-    assert data["end_reason"] in ("silence", "complete")  # complete once end_of_turn smart is the default
+    assert data["end_reason"] in ("words+voice", "words", "voice", "max_pause"), (
+        data
+    )  # smart by default: a signal decided
     assert not [r for r in ollama.requests if "messages" in r]
 
 
@@ -148,7 +152,9 @@ async def test_transcribe_voice_outcomes(env, vmic, ollama, model_path):
     assert set(data) == {"transcription", "stopped_by", "duration_ms", "language", "end_reason"}
     assert wer(sentence, data["transcription"]) <= 0.3, data["transcription"]
     assert data["stopped_by"] == "silence" and data["language"] == "en" and data["duration_ms"] > 1000
-    assert data["end_reason"] in ("silence", "complete")  # complete once end_of_turn smart is the default
+    assert data["end_reason"] in ("words+voice", "words", "voice", "max_pause"), (
+        data
+    )  # smart by default: a signal decided
     nw = no_words.structured_content
     assert nw["transcription"] is None and nw["speech_detected"] is True and "message" in nw
     assert failed.is_error and error_of(failed)["error"]["stage"] == "transcription"

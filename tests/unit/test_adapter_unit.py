@@ -208,7 +208,9 @@ async def test_transcribe_wire_shape(heard, expected):
             {"transcription": "what time is it", "response": "Noon.", "model": "llama3.2"},
         ),
         (
-            Answered(Transcribed("what time is it", 2400, "en", True, "silence", end_reason="words+voice"), "m", "Noon."),
+            Answered(
+                Transcribed("what time is it", 2400, "en", True, "silence", end_reason="words+voice"), "m", "Noon."
+            ),
             {"transcription": "what time is it", "response": "Noon.", "model": "m", "end_reason": "words+voice"},
         ),
         (

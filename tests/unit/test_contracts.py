@@ -210,7 +210,7 @@ def test_end_reason_names_the_deciding_signal_in_every_listening_result_schema()
     for model in (results.CaptureResult, results.TranscribeResult, results.VoiceQueryResult, results.ConverseResult):
         prop = results.output_schema(model)["properties"]["end_reason"]
         assert prop["anyOf"][0]["enum"] == [
-            "silence", "words", "voice", "words+voice", "max_pause", "duration", "cancelled",
+            "silence", "words", "voice", "words+voice", "end_word", "max_pause", "duration", "cancelled",
         ], model  # fmt: skip
 
 

@@ -153,6 +153,23 @@ def engine(recorder: ScriptedRecorder, tmp_path: Path, whisper: Any = None, llm:
     )
 
 
+@pytest.mark.parametrize(
+    ("said", "transcription", "asked"),
+    [(" What time is it? Over.", "What time is it?", True), (" Over.", None, False)],
+)
+def test_an_end_word_ends_the_turn_and_leaves_the_transcription_and_the_question(tmp_path, said, transcription, asked):
+    """The end word ends the turn at once (end_reason end_word) and is taken out of what is returned and asked;
+    said alone, there is nothing to ask: the no-words outcome, and Ollama is not called."""
+    recorder = ScriptedRecorder((QUIET, 10), (LOUD, 40), (QUIET, 200))
+    whisper, llm = FakeWhisper(said), FakeLLM()
+    args = VoiceQueryArgs(end_words=["over"], silence_ms=3000)
+    answered = engine(recorder, tmp_path, whisper, llm).voice_query(args)
+    question = answered.question
+    assert (question.text or None, question.end_reason) == (transcription, "end_word"), question
+    assert llm.asked == ([("What time is it?", "llama3.2", "You are a helpful assistant.")] if asked else [])
+    assert wire(answered)["transcription"] == transcription
+
+
 def test_voice_query_listens_until_the_pause_then_asks(tmp_path):
     recorder = ScriptedRecorder((QUIET, 10), (LOUD, 40), (QUIET, 200))
     whisper, llm = FakeWhisper(), FakeLLM()

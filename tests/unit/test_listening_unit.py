@@ -249,14 +249,22 @@ class Voice:
 
 
 def stop_after_speech_ms(
-    words, end_of_turn, silence_ms=1000, max_pause_ms=3000, max_ms=20000, progress=None, voice=None, language="en"
+    words,
+    end_of_turn,
+    silence_ms=1000,
+    max_pause_ms=3000,
+    max_ms=20000,
+    progress=None,
+    voice=None,
+    language="en",
+    end_words=(),
 ):
     """Windows of quiet after 2 s of speech until the stop, in ms (and the worker, and the end_reason)."""
     worker = Guessing(words)
     worker.language = language
     plan = Plan(
         max_ms=max_ms, stop_on_silence=True, silence_ms=silence_ms, device=None, end_of_turn=end_of_turn,
-        max_pause_ms=max_pause_ms,
+        max_pause_ms=max_pause_ms, end_words=end_words,
     )  # fmt: skip
     vad = ScriptedVAD(script((QUIET, 40), (SPEECH, 62)))
     listener = Listener(plan, progress, None, worker, vad=vad, voice=voice or Voice())
@@ -284,6 +292,28 @@ def test_smart_end_of_turn_stops_as_silence_does_after_a_finished_sentence():
     smart, _, why = stop_after_speech_ms("I went to the store.", "smart")
     plain, _, plain_why = stop_after_speech_ms("I went to the store.", "silence")
     assert smart == plain and (why, plain_why) == ("words", "silence")
+
+
+@pytest.mark.parametrize("end_of_turn", ["silence", "smart"])
+@pytest.mark.parametrize(
+    ("words", "ends"),
+    [
+        ("Fix the bug in the parser, over.", True),
+        ("Fix the bug in the parser. Send it!", True),
+        ("So I was thinking of, over", True),  # the end word ends even words that trail off before it
+        ("Game over is a good title.", False),  # mid-sentence: not an end
+        ("Fix the bug in the parser.", False),
+    ],
+)
+def test_an_end_word_said_last_ends_the_turn_at_once_in_either_mode(end_of_turn, words, ends):
+    silence_ms = 2000
+    heard, _, why = stop_after_speech_ms(
+        words, end_of_turn, silence_ms=silence_ms, voice=Voice(0.6), end_words=("over", "send it")
+    )
+    if ends:
+        assert heard <= TRAILING_KEEP_MS + 64 and why == "end_word", (heard, why)
+    else:
+        assert heard >= silence_ms and why != "end_word", (heard, why)
 
 
 @pytest.mark.parametrize(
