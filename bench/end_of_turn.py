@@ -57,7 +57,7 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     from pywhispercpp.model import Model
 
     from mcp_listen.speech.ending import SMART
-    from mcp_listen.speech.listener import TRAILING_KEEP_MS
+    from mcp_listen.speech.listener import GUESS_AFTER_MS, TRAILING_KEEP_MS
     from mcp_listen.speech.smart_turn import shared_smart_turn
     from mcp_listen.speech.vad import SileroVAD
 
@@ -66,7 +66,7 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     whisper, voice, vad, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), SileroVAD(), []  # fmt: skip
     for e in entries:
         end = speech_end(vad, e)
-        audio = e["samples"][: end + 16 * TRAILING_KEEP_MS]
+        audio = np.pad(e["samples"][: end + 16 * GUESS_AFTER_MS], (0, 16 * (TRAILING_KEEP_MS - GUESS_AFTER_MS)))  # fmt: skip
         ctx = min(1500, len(audio) * 50 // 16000 + 64)  # the encoder on the clip only: 3-6x faster here
         pieces = whisper.transcribe(audio.astype(np.float32) / 32768, language=e["lang"], audio_ctx=ctx)
         each, ms_each = {}, []

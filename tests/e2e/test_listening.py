@@ -176,5 +176,30 @@ async def test_a_finished_question_ends_at_once_without_waiting_out_silence_ms(v
     assert any(m.startswith("Recording finished") and "words+voice at once" in m for m in messages), messages
 
 
+@pytest.mark.parametrize("end_of_turn", ["silence", "smart"])
+async def test_a_spoken_end_word_ends_the_turn_and_leaves_the_transcription(
+    vmic, tmp_path, model_path, end_word_wav, end_of_turn
+):
+    """A real voice says a request, then "Over.": the turn ends on the word, long before silence_ms (3 s), in
+    either mode, and the word is not in the transcription."""
+    lead_ms = 300
+    clip = A.concat([A.silence(lead_ms), end_word_wav, A.silence(4000)])
+    word_end_ms = lead_ms + A.last_loud_sample(A.samples_of(end_word_wav)) // 16
+    env = server_env(vmic.env, HOME=str(tmp_path), MCP_LISTEN_RECORDINGS_DIR=str(tmp_path / "rec"))
+    args = {"whisper_model": str(model_path), "silence_ms": 3000, "end_words": ["over", "send it"]}
+    args |= (
+        {"end_of_turn": end_of_turn, "max_pause_ms": 6000} if end_of_turn == "smart" else {"end_of_turn": end_of_turn}
+    )
+    async with mcp_client(env) as client:
+        result = await call_while_playing(client, vmic, "transcribe_voice", args, clip)
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert data["end_reason"] == "end_word", data
+    assert "over" not in data["transcription"].lower() and wer(END_WORD_REQUEST, data["transcription"]) <= 0.3, data
+    after_word = data["duration_ms"] - word_end_ms
+    assert after_word < 2500, f"the recording went on {after_word} ms after the end word (silence_ms 3000)"
+
+
+END_WORD_REQUEST = "Please read me the weather report."
 QUESTION = "Can you summarise this file for me?"
 THINKING = ("I would like to buy some bread and", "some milk for the children.")
