@@ -160,8 +160,8 @@ async def test_a_finished_question_ends_at_once_without_waiting_out_silence_ms(v
 
     async with mcp_client(env) as client:
         for mode in ("smart", "silence"):
-            args = {"whisper_model": str(model_path), "silence_ms": 3000, "max_pause_ms": 6000}
-            args |= {"end_of_turn": "silence"} if mode == "silence" else {}  # smart: the default
+            args = {"whisper_model": str(model_path), "silence_ms": 3000}
+            args |= {"end_of_turn": "silence"} if mode == "silence" else {"max_pause_ms": 6000}  # smart: the default
             result = await call_while_playing(
                 client, vmic, "transcribe_voice", args, clip, progress_callback=on_progress
             )
