@@ -57,7 +57,7 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     from pywhispercpp.model import Model
 
     from mcp_listen.speech.ending import SMART
-    from mcp_listen.speech.listener import GUESS_AFTER_MS, TRAILING_KEEP_MS
+    from mcp_listen.speech.listener import TRAILING_KEEP_MS
     from mcp_listen.speech.smart_turn import shared_smart_turn
     from mcp_listen.speech.vad import SileroVAD
 
@@ -66,7 +66,7 @@ def offline(entries: list[dict], model: Path) -> dict[str, Any]:
     whisper, voice, vad, rows = Model(str(model), n_threads=2, print_progress=False), shared_smart_turn(), SileroVAD(), []  # fmt: skip
     for e in entries:
         end = speech_end(vad, e)
-        audio = np.pad(e["samples"][: end + 16 * GUESS_AFTER_MS], (0, 16 * (TRAILING_KEEP_MS - GUESS_AFTER_MS)))  # fmt: skip
+        audio = e["samples"][: end + 16 * TRAILING_KEEP_MS]
         ctx = min(1500, len(audio) * 50 // 16000 + 64)  # the encoder on the clip only: 3-6x faster here
         pieces = whisper.transcribe(audio.astype(np.float32) / 32768, language=e["lang"], audio_ctx=ctx)
         each, ms_each = {}, []
@@ -207,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = cli(__doc__, argv, ("--offline", False, "each signal alone, no live rig"),
                ("--model", ROOT / "tests/assets/ggml-base.bin", "whisper model (multilingual: the set has es, fr)"),
                ("--threads", 2, "whisper threads"), ("--modes", "silence,smart", "end_of_turn modes, live"), ("--choppy", 0, "only: N s of choppy speech, CPU per mode"),
-               ("--kinds", "thinking,finished,short", "which utterances: thinking pauses, finished turns, short (0.4-1 s) pauses"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
+               ("--kinds", "thinking,finished,short", "which utterances: thinking pauses, finished turns, short (0.4-1 s) pauses"), ("--langs", "en,es,fr,it", "which languages (tiny.en: en)"), ("--json", ROOT / "bench/results-end-of-turn.json", "report"))  # fmt: skip
     kinds = opts.kinds.split(",")
-    entries = [e for e in turn_set.build() + (short_pauses() if "short" in kinds else []) if e["kind"] in kinds]
+    entries = [e for e in turn_set.build() + (short_pauses() if "short" in kinds else []) if e["kind"] in kinds and e["lang"] in opts.langs.split(",")]  # fmt: skip
     run = Run(**vars(opts), utterances=len(entries))
     if opts.choppy:
         with Rig(opts.model.parent, threads=opts.threads) as rig:

@@ -62,12 +62,6 @@ Meter = Callable[[Any, bool], None]
 TRAILING_KEEP_MS = 300
 """Audio kept after the last speech window when feeding whisper: the word's tail, not the silence."""
 
-GUESS_AFTER_MS = 100
-"""The pause recorded before whisper's guess at the words starts; the rest of the tail (TRAILING_KEEP_MS) is
-fed as digital silence. Every turn that ends on a verdict or an end word waits for that guess, so it comes 200
-ms sooner; on the 103 real utterances of bench/turn_set.json whisper base wrote the same text as with the whole
-tail in 96, with a word error of 24.3 % against 24.1 % (bench/README.md, "A finished turn answered at once")."""
-
 LANGUAGE_AFTER_MS = (2000, 4000)
 """Speech heard (from the onset) when the language is detected for `auto`: early enough that a
 short utterance is not left to pay for detection after the stop, again later when unsure."""
@@ -417,24 +411,16 @@ class Listener:
             phrases.detect(self._audio(start, self.windows * WINDOW))
 
     def _speculate(self, endpointer: EndpointDecider, phrases: PhraseSink) -> None:
-        """In a pause of GUESS_AFTER_MS: transcribe now, in case this is the end. The key
+        """In a pause, once the word's tail is recorded: transcribe now, in case this is the end. The key
         is the span `Heard.remaining_key` will give if the stop comes before more speech; speech that
         resumes moves the span, the next pause replaces the guess."""
         end = self.speech_end_frame
         key = (self.phrase_start_frame, speech_tail_end(end or 0))
-        recorded = (self._kept_from + len(self._kept)) * WINDOW
-        if end is None or endpointer.silence_ms <= 0 or recorded < end + GUESS_AFTER_MS * SAMPLE_RATE // 1000:
+        if end is None or endpointer.silence_ms <= 0 or (self._kept_from + len(self._kept)) * WINDOW < key[1]:
             return
         if key != self._speculated and end > self.phrase_start_frame:
             self._speculated = key
-            phrases.speculate(self._tail_padded(key, recorded), key)
-
-    def _tail_padded(self, key: tuple[int, int], recorded: int) -> np.ndarray:
-        """The speech `key` spans, its tail not yet recorded (past `recorded`) as digital silence."""
-        import numpy as np
-
-        audio = self._audio(key[0], min(key[1], recorded))
-        return np.pad(audio, (0, key[1] - key[0] - len(audio)))
+            phrases.speculate(self._audio(*key), key)
 
     def _audio_from(self, first: int, end: int) -> np.ndarray:
         """Samples [first, end) of the recording, from the first one still kept on."""

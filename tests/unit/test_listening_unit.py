@@ -16,7 +16,7 @@ from mcp_listen.audio.microphone import Recording
 from mcp_listen.contract.limits import HOLDING_MESSAGE, PARTIAL_PREFIX, RESUMED_MESSAGE, partial_message
 from mcp_listen.contract.limits import WINDOW_SAMPLES as WINDOW
 from mcp_listen.speech.ending import NO_SIGNAL, SMART, TurnEnding, Verdict
-from mcp_listen.speech.listener import GUESS_AFTER_MS, Listener, Plan
+from mcp_listen.speech.listener import TRAILING_KEEP_MS, Listener, Plan
 
 ASK_AFTER_MS, PAUSE_HEARD_MS = SMART.ask_after_ms, SMART.pause_heard_ms
 SPEECH, QUIET = 0.9, 0.05
@@ -112,12 +112,7 @@ def test_the_speculation_made_in_the_final_pause_is_what_remains_to_hear():
     assert len(worker.speculations) == 1
     audio, key = worker.speculations[0]
     assert key == heard.remaining_key()
-    # made GUESS_AFTER_MS into the pause: the speech as recorded, the rest of the word's tail as digital silence
-    recorded = (heard.speech_end_frame - key[0]) + GUESS_AFTER_MS * 16
-    recorded = -(-recorded // WINDOW) * WINDOW  # whole windows
-    remaining = heard.remaining_speech()
-    assert len(audio) == len(remaining) and np.array_equal(audio[:recorded], remaining[:recorded])
-    assert not audio[recorded:].any() and remaining[recorded:].any()
+    assert np.array_equal(audio, heard.remaining_speech())
     assert key[0] == (40 - PRE_ROLL) * WINDOW
 
 
@@ -134,9 +129,9 @@ def test_a_long_phrase_is_cut_at_the_pause_and_handed_to_the_worker():
     assert heard.remaining_key()[0] == end * WINDOW
 
 
-def test_a_pause_shorter_than_guess_after_ms_is_not_speculated_on():
+def test_a_short_pause_is_not_speculated_on():
     worker = FakeWorker()
-    probabilities = script((QUIET, 40), (SPEECH, 20), (QUIET, 2), (SPEECH, 18))  # 64 ms; under 2.5 s: no cut
+    probabilities = script((QUIET, 40), (SPEECH, 20), (QUIET, 5), (SPEECH, 15))  # under 2.5 s: no cut
     _, heard, _ = listen(probabilities, worker=worker)
     assert worker.submitted == []
     assert heard.remaining_key() == ((40 - PRE_ROLL) * WINDOW, 80 * WINDOW + 4800)
@@ -316,7 +311,7 @@ def test_an_end_word_said_last_ends_the_turn_at_once_in_either_mode(end_of_turn,
         words, end_of_turn, silence_ms=silence_ms, voice=Voice(0.6), end_words=("over", "send it")
     )
     if ends:
-        assert heard <= GUESS_AFTER_MS + 64 and why == "end_word", (heard, why)
+        assert heard <= TRAILING_KEEP_MS + 64 and why == "end_word", (heard, why)
     else:
         assert heard >= silence_ms and why != "end_word", (heard, why)
 
@@ -338,8 +333,8 @@ def test_a_finished_turn_ends_at_once_only_when_the_words_and_the_voice_agree_su
     silence, _, _ = stop_after_speech_ms(words, "silence")
     smart, _, why = stop_after_speech_ms(words, "smart", voice=Voice(probability), language=language)
     if at_once:
-        # as soon as the guess of the words is in (made GUESS_AFTER_MS into the pause), not at silence_ms
-        assert smart <= GUESS_AFTER_MS + 64 and why == "words+voice", (smart, why)
+        # as soon as the guess of the words is in: the word's tail recorded (TRAILING_KEEP_MS), not silence_ms
+        assert smart <= TRAILING_KEEP_MS + 64 and why == "words+voice", (smart, why)
     else:
         assert smart >= silence, (smart, silence, why)  # silence_ms at least: ended there, or held longer
 
