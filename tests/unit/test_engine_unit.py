@@ -50,8 +50,8 @@ class LoudnessVAD:
 
 
 class ScriptedMic:
-    def __init__(self, device: Any, windows: list[np.ndarray], on_first: Any) -> None:
-        self.device, self._windows, self._on_first = device, windows, on_first
+    def __init__(self, device: Any, windows: list[np.ndarray], on_first: Any, pace_s: float = 0.0) -> None:
+        self.device, self._windows, self._on_first, self._pace_s = device, windows, on_first, pace_s
         self.pulled = 0
 
     def __iter__(self):
@@ -59,6 +59,7 @@ class ScriptedMic:
             if self.pulled == 0 and self._on_first:
                 self._on_first()
             self.pulled += 1
+            time.sleep(self._pace_s)
             yield window
         raise AssertionError("the engine pulled more windows than the script has")
 
@@ -66,17 +67,19 @@ class ScriptedMic:
 class ScriptedRecorder(Recorder):
     """The real claim; `open` yields scripted windows from the device the engine resolves."""
 
-    def __init__(self, *runs: tuple[int, int], on_first: Any = None) -> None:
+    def __init__(self, *runs: tuple[int, int], on_first: Any = None, pace_s: float = 0.0) -> None:
         super().__init__()
         self.windows = [np.full(WINDOW, level, dtype=np.int16) for level, count in runs for _ in range(count)]
-        self.on_first, self.mics, self.log = on_first, [], []
+        self.on_first, self.mics, self.log, self.pace_s = on_first, [], [], pace_s
+        """pace_s: a pause before each window, so a guess worked out on another thread is in before the script
+        runs out (the microphone's 32 ms, shortened)."""
 
     @contextmanager
     def open(
         self, find_device: Any = None, *, device_index: Any = None, stop: Any = None, beside_speaker: bool = False
     ):
         self.log.append(("open", self.active.tool, self.active.device))
-        mic = ScriptedMic(find_device(), self.windows, self.on_first)
+        mic = ScriptedMic(find_device(), self.windows, self.on_first, self.pace_s)
         self.mics.append(mic)
         yield mic
         self.log.append(("closed", self.active.device))
@@ -160,7 +163,7 @@ def engine(recorder: ScriptedRecorder, tmp_path: Path, whisper: Any = None, llm:
 def test_an_end_word_ends_the_turn_and_leaves_the_transcription_and_the_question(tmp_path, said, transcription, asked):
     """The end word ends the turn at once (end_reason end_word) and is taken out of what is returned and asked;
     said alone, there is nothing to ask: the no-words outcome, and Ollama is not called."""
-    recorder = ScriptedRecorder((QUIET, 10), (LOUD, 40), (QUIET, 200))
+    recorder = ScriptedRecorder((QUIET, 10), (LOUD, 40), (QUIET, 200), pace_s=0.01)
     whisper, llm = FakeWhisper(said), FakeLLM()
     args = VoiceQueryArgs(end_words=["over"], silence_ms=3000)
     answered = engine(recorder, tmp_path, whisper, llm).voice_query(args)
