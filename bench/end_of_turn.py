@@ -18,8 +18,7 @@ from rig import ROOT, Rig, audio_assets
 from stats import Run, cli, save_report, summary, verdict
 
 SILENCE_MS, LEAD_MS = 1000, 300  # fmt: skip  # the call's; silence before the speech
-CHOPPY_SILENCE_MS = 10000
-CHOPPY_ON_MS, CHOPPY_OFF_MS = 400, 200
+CHOPPY_SILENCE_MS, CHOPPY_ON_MS, CHOPPY_OFF_MS = 10000, 400, 200  # fmt: skip
 """Speech on, silence off: Silero hears speech in 400 ms of JFK's (44 % of the windows over 0.5), not in
 200 ms (5 %), where no pause is ever judged."""
 SETTLED_MS = 700
