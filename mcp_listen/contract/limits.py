@@ -53,9 +53,9 @@ words by); smart judged the words finished, by the signal that decided (the word
 speech/turns.py); the user said one of their end_words last; smart held until max_pause_ms ran out;
 duration_ms; the caller cancelled."""
 END_SIGNALS = ("words", "voice", "words+voice", "silence", "unjudged")
-"""end_of_turn "smart": what the signals said, beside end_reason (a finished turn's signal, max_pause,
-silence): the trailing word, the voice (Smart Turn), both; silence when none covers the language;
-unjudged when the pause was held to max_pause_ms before the words or the voice were in."""
+"""end_of_turn "smart", where end_reason does not name the signal: beside max_pause, what held it (the
+trailing word, the voice (Smart Turn), both; unjudged when the words or the voice were not in yet);
+beside silence, silence (no signal covers the language)."""
 INTERRUPTED_BY = ("user", "stop_speaking", "cancel")
 """Who cut a speech short (`interrupted: true`): the user talking over it (barge-in), stop_speaking, or a
 cancel (the call's, or the server shutting down)."""

@@ -108,7 +108,7 @@ class Transcribed:
     end_reason: str | None = None
     """Why the user's turn ended (limits.END_REASONS); None when nobody spoke before the no-speech timeout."""
     end_signal: str | None = None
-    """end_of_turn "smart": the signal that decided (limits.END_SIGNALS); None otherwise."""
+    """end_of_turn "smart", where end_reason does not name the signal (limits.END_SIGNALS); None otherwise."""
 
 
 @dataclass(frozen=True)
@@ -260,11 +260,12 @@ class TranscribeResult(ToolResult):
     language: Optional[str] = None
     speech_detected: Optional[bool] = None
     end_reason: Optional[EndReason] = None
-    """Why the user's turn ended: silence, complete (end_of_turn smart judged the words finished), max_pause
-    (smart held the pause until max_pause_ms), duration; absent when nobody spoke before the no-speech timeout."""
+    """Why the user's turn ended: silence; the signal that judged it finished under end_of_turn smart
+    (words+voice, voice, words); end_word; max_pause (smart held the pause until max_pause_ms); duration;
+    absent when nobody spoke before the no-speech timeout."""
     end_signal: Optional[EndSignal] = None
-    """end_of_turn smart only: which signal decided end_reason: words, voice, words+voice; silence when none
-    covers the language; unjudged when the pause was held before they were in."""
+    """end_of_turn smart only, where end_reason does not name the signal: what held a max_pause (words, voice,
+    words+voice; unjudged when they were not in yet); silence beside a silence (none covers the language)."""
     message: Optional[str] = None
     warning: Optional[str] = None
 
@@ -411,7 +412,7 @@ def _spoken(spoken: Spoken) -> dict[str, Any]:
 
 def _end_reason(reason: str | None, signal: str | None = None) -> dict[str, Any]:
     """`end_reason` only when there was a turn to end: after the no-speech timeout the result is the
-    Node edition's exactly; `end_signal` beside it only when "smart" decided."""
+    Node edition's exactly; `end_signal` beside it only where it adds to it (ending.TurnEnding.signal)."""
     if reason is None:
         return {}
     return {"end_reason": reason} if signal is None else {"end_reason": reason, "end_signal": signal}

@@ -161,11 +161,12 @@ class TurnEnding:
         return verdict.by == END_WORD or (self.smart and not self.holds)
 
     def signal(self, stopped_by: str | None) -> str | None:
-        """The result's end_signal under "smart": the signal behind end_reason ("words", "voice",
-        "words+voice"; NO_SIGNAL when none covers the language; UNJUDGED when the pause was held to
-        max_pause_ms before they were in), which says what held a "max_pause". None otherwise."""
-        if not self.smart or self.reason(stopped_by) not in (*FINISHED_BY, "max_pause", "silence"):
-            return None  # end_word, duration: end_reason says it all
+        """The result's end_signal under "smart", where end_reason does not name the signal: what held a
+        "max_pause" ("words", "voice", "words+voice"; UNJUDGED when they were not in yet), and NO_SIGNAL
+        beside a "silence" (no signal covers the language). None otherwise: a finished turn's end_reason is
+        its signal, and end_word and duration say it all."""
+        if not self.smart or self.reason(stopped_by) not in ("max_pause", "silence"):
+            return None
         return UNJUDGED if self.verdict is None else self.verdict.by
 
     def describe(self, stopped_by: str | None) -> str:

@@ -508,7 +508,7 @@ def test_a_verdict_without_a_signal_for_the_language_ends_the_turn_as_silence_do
     ("words", "fields"),
     [
         ("So I was thinking of", "end_reason=max_pause end_signal=words words=unfinished voice=nan"),
-        ("I went to the store.", "end_reason=words end_signal=words words=open voice=nan"),
+        ("I went to the store.", "end_reason=words end_signal=None words=open voice=nan"),
     ],
 )
 def test_the_end_of_a_smart_turn_is_logged_once_at_debug_with_its_signals_and_never_the_words(caplog, words, fields):

@@ -353,10 +353,10 @@ def test_the_agents_echo_is_taken_off_the_front_of_an_answer_and_nothing_else():
 # ---------------------------------------------------------------- the wire
 
 
-def test_end_signal_joins_end_reason_only_when_smart_decided():
-    smart = Transcribed("Hi.", 900, "en", True, "silence", end_reason="words+voice", end_signal="words+voice")
+def test_end_signal_joins_end_reason_only_where_it_adds_to_it():
+    smart = Transcribed("So I", 900, "en", True, "silence", end_reason="max_pause", end_signal="words")
     plain = Transcribed("Hi.", 900, "en", True, "silence", end_reason="silence")
-    assert (wire(smart)["end_reason"], wire(smart)["end_signal"]) == ("words+voice", "words+voice")
+    assert (wire(smart)["end_reason"], wire(smart)["end_signal"]) == ("max_pause", "words")
     assert "end_signal" not in wire(plain) and wire(plain)["end_reason"] == "silence"
 
 
@@ -372,8 +372,8 @@ def test_spoken_says_who_cut_it_short_and_when_the_user_cut_in_only_when_they_di
 @pytest.mark.parametrize(
     ("end_of_turn", "verdict", "stopped_by", "reason", "signal"),
     [
-        ("smart", ("finished", "words+voice"), "silence", "words+voice", "words+voice"),
-        ("smart", ("finished", "voice"), "silence", "voice", "voice"),
+        ("smart", ("finished", "words+voice"), "silence", "words+voice", None),  # end_reason names it
+        ("smart", ("finished", "voice"), "silence", "voice", None),
         ("smart", ("unfinished", "words"), "silence", "max_pause", "words"),
         ("smart", None, "silence", "max_pause", "unjudged"),
         ("smart", ("finished", "silence"), "silence", "silence", "silence"),
