@@ -138,12 +138,13 @@ class Plan:
         stop = stop_default if args.stop_on_silence is None else args.stop_on_silence
         default_ms = LISTEN_DURATION_MS if stop and stop_default else CAPTURE_DURATION_MS
         silence_ms = args.silence_ms if args.silence_ms is not None else defaults.silence_ms
+        judged = stop_default and stop  # a fixed length never ends on a pause: smart's model would only cost there
         return cls(
             max_ms=args.duration_ms if args.duration_ms is not None else default_ms,
             stop_on_silence=stop,
             silence_ms=silence_ms,
             device=args.device,
-            end_of_turn=(getattr(args, "end_of_turn", None) or defaults.end_of_turn) if stop_default else "silence",
+            end_of_turn=(getattr(args, "end_of_turn", None) or defaults.end_of_turn) if judged else "silence",
             max_pause_ms=max_pause_ms(getattr(args, "max_pause_ms", None), defaults.max_pause_ms, silence_ms),
             end_words=chosen_end_words(args, defaults) if stop else (),
         )

@@ -261,6 +261,7 @@ def test_the_plan_takes_the_argument_over_the_default_and_keeps_them_out_of_its_
     assert plan.end_words == ()
     plan = Plan.from_args(parse_args(model, raw_for(model, stop_on_silence=False)), defaults, stop_default=True)
     assert plan.end_words == (), "a fixed-length recording ends on no word, the default's included"
+    assert plan.end_of_turn == "silence", "nor on a pause: smart's audio model would only cost memory there"
     plan = Plan.from_args(parse_args(model, raw_for(model, end_of_turn="smart")), defaults, stop_default=True)
     assert plan.end_words == (SECRET, "over") and plan.end_of_turn == "smart"
     assert SECRET not in repr(plan) and SECRET not in str(plan)
