@@ -76,7 +76,9 @@ def test_with_headphones_the_user_cuts_in_as_over_a_speaker(speak_env, vmic, mod
     """No echo path: the agent plays into headphones the microphone never hears (the rig's second sink).
     The echo's delay search finds no echo, and the user talking over the agent stops it all the same;
     their words come through whole, the canceller having nothing to take out."""
-    args = {"whisper_model": str(model_path), "silence_ms": 800}
+    # end_of_turn silence: this test is the headphones' barge-in; under smart, tiny.en misheard "lighthouse keeper"
+    # in 2 of 5 runs of it and never in 3 with silence (the handed audio's end under smart: not traced yet)
+    args = {"whisper_model": str(model_path), "silence_ms": 800, "end_of_turn": "silence"}
     with headphones(vmic, tmp_path) as devices, wire({**speak_env, **devices, "MCP_LISTEN_BARGE_IN": "true"}) as w:
         w.call("speak_text", {"text": "Hello."}, timeout=60)  # the voice loaded: the speech starts at once
         reply, _ = user_cuts_in(w, vmic, "converse", args)
