@@ -41,7 +41,8 @@ async def test_spoken_text_is_heard_as_said(speak_env, vmic, tmp_path, model_pat
         after = (await client.call_tool("get_status", {})).structured_content
     assert not result.is_error, result.content[0].text
     spoken = result.structured_content
-    assert set(spoken) == {"voice", "duration_ms", "first_audio_ms", "interrupted"}
+    paused = {"paused_ms", "pauses"} if "pauses" in spoken else set()  # a cut-in under load, not confirmed: played on
+    assert set(spoken) == {"voice", "duration_ms", "first_audio_ms", "interrupted"} | paused
     assert spoken["voice"] == "en_US-joe-medium" and spoken["interrupted"] is False
     assert isinstance(spoken["first_audio_ms"], int) and spoken["first_audio_ms"] >= 0
     heard = np.fromfile(raw, dtype=np.int16)
