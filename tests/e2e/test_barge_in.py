@@ -101,13 +101,21 @@ def test_the_cli_shows_the_user_cutting_in_as_it_happens_and_no_barge_in_turns_i
     out, err = cli.communicate(timeout=120)
     assert cli.returncode == 0, err
     said = "".join(before) + err
-    assert json.loads(out)["spoken"]["interrupted"] is True, (out, said)
+    assert one_json(out)["spoken"]["interrupted"] is True, (out, said)
     assert "The user spoke over the speech" in said and "it stopped. Listening on" in said, said
     assert "(you spoke over the speech" in said, said
     off = subprocess.run([*run, "--no-barge-in", "--duration-ms", "1500", FOX], env=env, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert off.returncode == 0, off.stderr
-    assert "played_ms" not in json.loads(off.stdout)["spoken"] and "listening began" in off.stderr, off.stderr
+    assert "played_ms" not in one_json(off.stdout)["spoken"] and "listening began" in off.stderr, off.stderr
+
+
+def one_json(stdout: str) -> dict:
+    """The CLI's result: its stdout as one JSON document, else a failure that shows what stdout held."""
+    try:
+        return json.loads(stdout)
+    except ValueError as exc:
+        raise AssertionError(f"stdout is not one JSON document ({exc}); it held:\n{stdout[-3000:]}") from None
 
 
 def test_claps_over_the_agent_never_stop_it_nor_become_the_answer(speak_env, vmic, model_path):
