@@ -58,12 +58,14 @@ class PauseJudge:
         self._pause: int | None = None
         self._words_in = False
         """Whisper's guess for the pause `_pause` is in: the answers past the first ones are asked from then on."""
+        self._end_word_checked: tuple[str | None, bool] = (None, False)
+        """The words last looked at for an end word, and whether they end on one."""
 
     def target_ms(self, words: str | None, language: str, speech_end: int) -> int:
         """The pause that ends the turn now, after the words `words` (None: whisper's guess is not in) ended
         at sample `speech_end`: at once when they end on one of the user's end words (either mode); smart:
         silence_ms, at once, or up to max_pause_ms until the words and the voice say."""
-        if words is not None and self.end_words and said_last(usable_text(words) or "", self.end_words):
+        if words is not None and self._ends_on_end_word(words):
             self._words, self._voice, self._pause = END_WORD, None, speech_end
             return self.ending.silence_for(Verdict(True, END_WORD, at_once=True))
         if not self.ending.smart:
@@ -86,6 +88,13 @@ class PauseJudge:
         self._words_in = words is not None
         self._voice, self._pause = voice, speech_end
         return self.ending.silence_for(verdict)
+
+    def _ends_on_end_word(self, words: str) -> bool:
+        """Whether `words` end on one of the user's end words: worked out once per guess, not on every window
+        of the pause (a long dictation's words are all the phrases so far)."""
+        if self.end_words and words != self._end_word_checked[0]:
+            self._end_word_checked = (words, said_last(usable_text(words) or "", self.end_words) is not None)
+        return self._end_word_checked[1]
 
     def hold_message(self, pause_ms: float, reason: str | None) -> str | None:
         """Say once per pause when smart holds the turn past silence_ms (also in the window that ends it, when
